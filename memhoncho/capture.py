@@ -1,0 +1,91 @@
+"""Run -> outbox batch: pure, no I/O.
+
+User texts come first in admission order, then the answer's text blocks joined, when the run
+was answered. Unanswered runs tag their user entries ``unanswered: true``. Texts longer than
+``max_message_length`` are split into parts (``part``/``parts`` in metadata), never skipped.
+Empty and whitespace-only texts (and parts) are skipped: Honcho refuses them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from memhoncho.errors import InvalidEvent
+from memhoncho.models import Answered, RunEvent, SelectionChange
+
+SELECTION_NAME = "memhoncho"  # the name a host's selection lists to include memhoncho
+OUTBOX_ID_KEY = "memhoncho_outbox_id"  # metadata key Honcho messages carry for dedup
+ANSWER_JOINER = "\n\n"  # between the answer's text blocks
+USER = "user"
+AGENT = "agent"
+
+
+def batch_id(conversation_id: str, run_id: str) -> str:
+    """Stable per run, so capturing the same run twice is recognised."""
+    digest = hashlib.sha256(f"{conversation_id}\x00{run_id}".encode()).hexdigest()
+    return f"b{digest[:31]}"
+
+
+def is_selected(selection: list[str] | SelectionChange | None) -> bool:
+    """The array form selects exactly its members; the object form never excludes memhoncho."""
+    if isinstance(selection, list):
+        return SELECTION_NAME in selection
+    return True
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """Parts of at most ``limit`` characters, whitespace-only parts left out."""
+    parts = [text[i : i + limit] for i in range(0, len(text), limit)]
+    return [part for part in parts if part.strip()]
+
+
+def _check_unicode(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidEvent("a text is not valid Unicode (lone surrogate)") from None
+
+
+def build_messages(event: RunEvent, *, max_message_length: int) -> list[dict[str, Any]]:
+    """The messages of the run in delivery order, without their outbox ids."""
+    unanswered = not isinstance(event.outcome, Answered)
+    entries: list[tuple[str, int, str, dict[str, Any]]] = []
+    for item in event.inputs:
+        extra: dict[str, Any] = {"unanswered": True} if unanswered else {}
+        entries.append((USER, item.entry_id, item.text, extra))
+    if isinstance(event.outcome, Answered):
+        answer = event.outcome.answer
+        texts = [b.text for b in answer.content if b.type == "text" and b.text]
+        entries.append((AGENT, answer.entry_id, ANSWER_JOINER.join(texts), {}))
+    messages: list[dict[str, Any]] = []
+    for role, entry_id, text, extra in entries:
+        _check_unicode(text)
+        parts = split_text(text, max_message_length)
+        for number, part in enumerate(parts, start=1):
+            metadata: dict[str, Any] = {"entry_id": entry_id, "run_id": event.run_id, **extra}
+            if len(parts) > 1:
+                metadata.update(part=number, parts=len(parts))
+            messages.append({"role": role, "entry_id": entry_id, "text": part, "meta": metadata})
+    return messages
+
+
+def build_record(
+    event: RunEvent, *, user_peer_id: str, max_message_length: int, captured_at: float
+) -> dict[str, Any] | None:
+    """The outbox record of the run (``seq`` is added by the outbox); None when it is empty."""
+    messages = build_messages(event, max_message_length=max_message_length)
+    if not messages:
+        return None
+    bid = batch_id(event.conversation_id, event.run_id)
+    for index, message in enumerate(messages):
+        message["id"] = f"{bid}-{index}"
+    return {
+        "batch_id": bid,
+        "conversation_id": event.conversation_id,
+        "owner": event.owner,
+        "user_peer_id": user_peer_id,
+        "run_id": event.run_id,
+        "captured_at": captured_at,
+        "messages": messages,
+    }

@@ -1,0 +1,131 @@
+"""The Celery app, its queues, routing and beat table, built from settings.
+
+``celery -A memhoncho.celery_app worker|beat|flower`` finds ``app`` here. Task modules are named
+by string (``include``), so nothing here imports a service and nothing cycles.
+
+With no ``broker_url`` memhoncho uses kombu's filesystem transport under the data directory
+(one machine, no server); the broker only carries hints, so either choice never risks data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+from memhoncho import routing
+from memhoncho.context import Context
+from memhoncho.settings import Settings
+
+TASK_TIME_LIMIT_S = 300  # hard limit; far below the broker's visibility timeout
+TASK_SOFT_TIME_LIMIT_S = 240
+VISIBILITY_TIMEOUT_S = 3600  # Redis: an unacked task is redelivered after this
+HOST_CONNECT_TIMEOUT_S = 0.04  # the host never waits long on a broker that is down
+BEAT_EXPIRY_FRACTION = 0.9  # a beat task expires just before its next firing
+
+TASK_MODULES = ["memhoncho.tasks"]
+
+
+def is_redis(url: str | None) -> bool:
+    return bool(url) and str(url).startswith(("redis://", "rediss://", "unix://"))
+
+
+def embedded_broker(data_dir: Path) -> tuple[str, dict[str, Any]]:
+    """kombu's filesystem transport in ``<data_dir>/broker``: no server, one machine."""
+    queue_dir = data_dir / "broker" / "queue"
+    control_dir = data_dir / "broker" / "control"
+    for folder in (queue_dir, control_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    return "filesystem://", {
+        "data_folder_in": str(queue_dir),
+        "data_folder_out": str(queue_dir),
+        "control_folder": str(control_dir),
+        "store_processed": False,
+    }
+
+
+def beat_schedule(current: Settings) -> dict[str, dict[str, Any]]:
+    """The beat table: name, schedule, task, queue and ``expires`` just under the period."""
+    table = [
+        ("outbox-sweep", current.sweep_interval_s, "memhoncho.outbox_sweep"),
+        ("representation-refresh", current.refresh_interval_s, "memhoncho.refresh_representations"),
+    ]
+    return {
+        name: {
+            "task": task,
+            "schedule": period,
+            "options": {
+                "queue": routing.MAINTENANCE_QUEUE,
+                "expires": period * BEAT_EXPIRY_FRACTION,
+            },
+        }
+        for name, period, task in table
+    }
+
+
+def create_app(context: Context | None = None, *, role: str = "worker") -> Celery:
+    """Build the app from live settings. ``role="host"`` fails fast on a broker that is down."""
+    context = context or Context.from_dirs()
+    current = context.settings()
+    transport_options: dict[str, Any] = {}
+    if current.broker_url:
+        broker = current.broker_url
+        if is_redis(broker):
+            transport_options["visibility_timeout"] = VISIBILITY_TIMEOUT_S
+        backend = broker if is_redis(broker) else None
+    else:
+        broker, transport_options = embedded_broker(context.data_dir)
+        results = context.data_dir / "broker" / "results"
+        results.mkdir(parents=True, exist_ok=True)
+        backend = f"file://{results}"
+    celery = Celery("memhoncho", broker=broker, backend=backend, include=TASK_MODULES)
+    exchange = Exchange("memhoncho", type="direct")
+    queue_names = [
+        *routing.deliver_queues(current.partitions),
+        routing.RECALL_QUEUE,
+        routing.MAINTENANCE_QUEUE,
+    ]
+    celery.conf.update(
+        task_queues=[Queue(name, exchange, routing_key=name) for name in queue_names],
+        task_default_queue=routing.MAINTENANCE_QUEUE,
+        task_default_exchange="memhoncho",
+        task_routes=(routing.Router(current.partitions),),
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_time_limit=TASK_TIME_LIMIT_S,
+        task_soft_time_limit=TASK_SOFT_TIME_LIMIT_S,
+        broker_transport_options=transport_options,
+        broker_connection_retry_on_startup=True,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_expires=3600,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_hijack_root_logger=False,
+        beat_schedule=beat_schedule(current),
+        memhoncho_config_dir=str(context.config_dir),
+        memhoncho_data_dir=str(context.data_dir),
+    )
+    if role == "host":
+        celery.conf.update(
+            broker_connection_timeout=HOST_CONNECT_TIMEOUT_S,
+            broker_connection_retry=False,
+            broker_connection_max_retries=0,
+            broker_pool_limit=4,
+        )
+        if is_redis(broker):
+            celery.conf.broker_transport_options = {
+                **transport_options,
+                "socket_connect_timeout": HOST_CONNECT_TIMEOUT_S,
+                "socket_timeout": 1.0,
+                "retry_on_timeout": False,
+                "max_retries": 0,
+            }
+    return celery
+
+
+app = create_app()

@@ -1,0 +1,175 @@
+"""The host's side of memhoncho: capture every settled run durably, then hint a worker.
+
+``Host.capture`` validates the run, builds its batch (pure), appends it to the conversation's
+outbox under the outbox lock and fsyncs, and only then publishes ``memhoncho.deliver``. A broker
+that is down or a missing API key cost nothing but the hint: the sweep enqueues it later.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from celery import Celery
+from pydantic import ValidationError
+
+from memhoncho import ids
+from memhoncho.capture import build_record, is_selected
+from memhoncho.context import Context
+from memhoncho.errors import CaptureTooLarge, CorruptFile, InvalidEvent
+from memhoncho.models import CaptureResult, CaptureStatus, RunEvent
+from memhoncho.store.ledger import LedgerCache
+from memhoncho.store.outbox import Outbox, encode_line
+
+log = logging.getLogger(__name__)
+
+BROKER_BACKOFF_S = 5.0  # after a failed publish, skip publishing this long (no retry loop)
+DELIVER_TASK = "memhoncho.deliver"
+
+
+class Host:
+    """memhoncho inside an agent host. Thread-safe; one per process is enough."""
+
+    def __init__(
+        self,
+        config_dir: str | os.PathLike[str] | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.context = Context.from_dirs(config_dir, data_dir)
+        self.outbox = Outbox(self.context.layout)
+        self._ledgers = LedgerCache(self.context.layout)
+        self._app: Celery | None = None
+        self._app_lock = threading.Lock()
+        self._broker_down_until = 0.0
+        self._in_flight = 0
+        self._idle = threading.Condition()
+        self._closed = False
+        self.celery()  # build the client now, so the first capture pays no import or setup
+
+    # ---- capture ------------------------------------------------------------------------
+
+    def capture(self, event: Mapping[str, Any] | RunEvent) -> CaptureResult:
+        """Make a settled run durable; returns once it is fsynced (or refused, changing nothing)."""
+        run = _validate(event)
+        key = ids.conversation_key(run.conversation_id)
+        if not is_selected(run.selection):
+            return CaptureResult(status=CaptureStatus.NOT_SELECTED)
+        current = self.context.settings()
+        record = build_record(
+            run,
+            user_peer_id=ids.peer_id(run.owner),
+            max_message_length=current.max_message_length,
+            captured_at=time.time(),
+        )
+        if record is None:
+            return CaptureResult(status=CaptureStatus.EMPTY)
+        size = len(encode_line({**record, "seq": 0}))
+        if size > current.max_batch_bytes:
+            raise CaptureTooLarge(
+                f"the run is {size} bytes; the limit is {current.max_batch_bytes} bytes",
+                limit=current.max_batch_bytes,
+            )
+        appended = self.outbox.append(
+            key,
+            record,
+            max_pending=current.max_pending_batches,
+            delivered_seq=lambda: self._delivered_seq(key),
+            delivered_before=lambda batch: self._delivered_before(key, batch),
+        )
+        if appended.duplicate:
+            return CaptureResult(status=CaptureStatus.DUPLICATE, batch_id=record["batch_id"])
+        enqueued = self.enqueue_delivery(run.conversation_id)
+        return CaptureResult(
+            status=CaptureStatus.CAPTURED, batch_id=record["batch_id"], enqueued=enqueued
+        )
+
+    def _delivered_seq(self, key: str) -> int:
+        try:
+            return self._ledgers.delivered_seq(key)
+        except CorruptFile:
+            return 0  # the outbox's own clock still orders the new record after the old
+
+    def _delivered_before(self, key: str, batch_id: str) -> bool:
+        try:
+            return self._ledgers.delivered_before(key, batch_id)
+        except CorruptFile:
+            return False  # accept: a redelivery is deduplicated against Honcho, a loss is not
+
+    # ---- hints to workers ---------------------------------------------------------------
+
+    def celery(self) -> Celery:
+        """The host's Celery client (fails fast on a broker that is down)."""
+        with self._app_lock:
+            if self._app is None:
+                from memhoncho.celery_app import create_app
+
+                self._app = create_app(self.context, role="host")
+            return self._app
+
+    def enqueue_delivery(self, conversation_id: str) -> bool:
+        """Publish a delivery hint; False (at once) when there is no key or no broker."""
+        if self._closed or self.context.api_key() is None:
+            return False
+        if time.monotonic() < self._broker_down_until:
+            return False
+        return self._publish(DELIVER_TASK, [conversation_id])
+
+    def _publish(self, task: str, args: list[Any]) -> bool:
+        with self._idle:
+            self._in_flight += 1
+        try:
+            self.celery().send_task(task, args=args, retry=False, ignore_result=True)
+            return True
+        except Exception as exc:  # the broker is down or refused: the sweep re-drives it
+            self._broker_down_until = time.monotonic() + BROKER_BACKOFF_S
+            log.warning(
+                "delivery hint not published; the sweep will enqueue it",
+                extra={"action": "enqueue_failed", "error": type(exc).__name__},
+            )
+            return False
+        finally:
+            with self._idle:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    # ---- shutdown -----------------------------------------------------------------------
+
+    def close(self, timeout: float = 25) -> None:
+        """Finish in-flight publishes (up to ``timeout`` seconds) and release the broker pool."""
+        self._closed = True
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._in_flight and time.monotonic() < deadline:
+                self._idle.wait(max(0.0, deadline - time.monotonic()))
+        with self._app_lock:
+            if self._app is not None:
+                self._app.close()
+                self._app = None
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _validate(event: Mapping[str, Any] | RunEvent) -> RunEvent:
+    if isinstance(event, RunEvent):
+        run = event
+    elif isinstance(event, Mapping):
+        try:
+            run = RunEvent.model_validate(dict(event))
+        except ValidationError as exc:
+            fields = sorted({".".join(str(p) for p in err["loc"]) for err in exc.errors()})
+            raise InvalidEvent(
+                f"the run is malformed at: {', '.join(fields[:10])}", fields=fields[:10]
+            ) from None
+    else:
+        raise InvalidEvent("the run must be a mapping")
+    ids.conversation_key(run.conversation_id)
+    ids.peer_id(run.owner)
+    return run

@@ -1,0 +1,85 @@
+"""The one place where a conversation id or a user name becomes a file name or a Honcho id.
+
+Honcho ids and memhoncho's file names use only ``[A-Za-z0-9_-]``. Letters, digits and ``_``
+stay as they are; every other UTF-8 byte, ``-`` included, becomes ``-`` and two lowercase hex
+digits, so the mapping is injective and reversible. A result longer than ``MAX_ENCODED_LEN``
+becomes ``-h`` and a SHA-256 digest instead: no plain encoding starts with ``-h`` (``h`` is not
+a hex digit), so the two forms never collide. No ``.`` or ``/`` can survive, so no path
+traversal is possible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+from memhoncho.errors import InvalidId
+
+MAX_INPUT_LEN = 256  # characters of a conversation id or user name
+MAX_ENCODED_LEN = 200  # characters; keeps file names under the 255-byte limit
+DEFAULT_USER = "user"  # the owner of an ownerless conversation
+
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+HONCHO_ID = re.compile(r"^[A-Za-z0-9_-]{1,512}$")
+
+
+def _encode(value: str) -> str:
+    out: list[str] = []
+    for byte in value.encode("utf-8"):
+        out.append(chr(byte) if byte in _SAFE else f"-{byte:02x}")
+    encoded = "".join(out)
+    if len(encoded) > MAX_ENCODED_LEN:
+        return "-h" + hashlib.sha256(value.encode("utf-8")).hexdigest()
+    return encoded
+
+
+def _check(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidId(f"{what} must be a string")
+    if not 1 <= len(value) <= MAX_INPUT_LEN:
+        raise InvalidId(f"{what} must be 1..{MAX_INPUT_LEN} characters")
+    if value.strip() != value or not value.strip():
+        raise InvalidId(f"{what} must not be blank or padded with whitespace")
+    for ch in value:
+        category = unicodedata.category(ch)
+        if category in ("Cc", "Cs", "Cn", "Zl", "Zp"):
+            raise InvalidId(f"{what} contains a control or unassigned character")
+    return value
+
+
+def conversation_key(conversation_id: object) -> str:
+    """The file-name-safe key of a conversation (outbox, ledger, cache, fork files)."""
+    return _encode(_check(conversation_id, "conversation id"))
+
+
+def peer_id(user_name: object) -> str:
+    """The Honcho peer id of a user; ``None`` (an ownerless conversation) is ``user``."""
+    if user_name is None:
+        return DEFAULT_USER
+    return _encode(_check(user_name, "user name"))
+
+
+def session_id(workspace_id: str, conversation_id: object) -> str:
+    """The Honcho session id: unique per workspace, since Honcho's clone ignores workspaces."""
+    tag = hashlib.sha256(workspace_id.encode("utf-8")).hexdigest()[:10]
+    return f"mh{tag}_{conversation_key(conversation_id)}"
+
+
+def decode(key: str) -> str | None:
+    """The original id of a plain key; None for a hashed key or one that is not ours."""
+    if key.startswith("-h") or not HONCHO_ID.match(key):
+        return None
+    raw = bytearray()
+    i = 0
+    try:
+        while i < len(key):
+            if key[i] == "-":
+                raw.append(int(key[i + 1 : i + 3], 16))
+                i += 3
+            else:
+                raw.append(ord(key[i]))
+                i += 1
+        return raw.decode("utf-8")
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return None

@@ -1,0 +1,54 @@
+"""The one place that decides which queue a task goes to.
+
+A stable hash (crc32, never ``hash()``, which is salted per process) of the conversation id
+picks one of N partition queues, so one conversation's deliveries queue together.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+DELIVER_QUEUE_PREFIX = "memhoncho.deliver."
+RECALL_QUEUE = "memhoncho.recall"
+MAINTENANCE_QUEUE = "memhoncho.maintenance"
+
+
+def partition(conversation_id: str, partitions: int) -> int:
+    return zlib.crc32(conversation_id.encode("utf-8")) % partitions
+
+
+def deliver_queue(conversation_id: str, partitions: int) -> str:
+    return f"{DELIVER_QUEUE_PREFIX}{partition(conversation_id, partitions)}"
+
+
+def deliver_queues(partitions: int) -> list[str]:
+    return [f"{DELIVER_QUEUE_PREFIX}{i}" for i in range(partitions)]
+
+DELIVER = "deliver"  # routed by conversation partition
+#: every memhoncho task's wire name and where it goes; a guard test checks each task is here
+TASK_QUEUES: dict[str, str] = {
+    "memhoncho.deliver": DELIVER,
+    "memhoncho.outbox_sweep": MAINTENANCE_QUEUE,
+    "memhoncho.refresh_representations": MAINTENANCE_QUEUE,
+    "memhoncho.refresh_representation": MAINTENANCE_QUEUE,
+    "memhoncho.recall": RECALL_QUEUE,
+}
+
+
+class Router:
+    """Celery ``task_routes`` entry: deliveries by partition, the rest by name."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+
+    def __call__(
+        self, name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **_: Any
+    ) -> dict[str, str] | None:
+        queue = TASK_QUEUES.get(name)
+        if queue == DELIVER:
+            conversation_id = (list(args or []) or [None])[0]
+            if conversation_id is None:
+                conversation_id = (kwargs or {}).get("conversation_id")
+            return {"queue": deliver_queue(str(conversation_id), self.partitions)}
+        return {"queue": queue} if queue else None

@@ -1,0 +1,65 @@
+"""Atomic state-file writes: temp file in the same directory, fsync, replace, fsync the directory.
+
+Every state file in the project is written through ``write_json`` or ``write_bytes``, so a
+crash leaves either the old file or the new one, never a torn one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or a new file in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Replace ``path`` with ``value`` as JSON, atomically and durably."""
+    write_bytes(path, json.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8"))
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``; FileNotFoundError if absent, ValueError if it is not JSON."""
+    return json.loads(path.read_bytes())
+
+
+def append_durably(path: Path, data: bytes) -> None:
+    """Append whole lines to ``path`` (a side file: dead letters, quarantine) and fsync."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    created = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        fsync_dir(path.parent)
