@@ -108,6 +108,8 @@ class Host:
                 from memhoncho.celery_app import create_app
 
                 self._app = create_app(self.context, role="host")
+                # Import the transport now (no connection is made), not on the first capture.
+                self._app.connection_for_write().transport  # noqa: B018
             return self._app
 
     def enqueue_delivery(self, conversation_id: str) -> bool:

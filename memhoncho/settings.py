@@ -59,7 +59,7 @@ FIELDS = Settings.model_fields
 
 
 def config_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The config directory: explicit, else ``MEMHONCHO_CONFIG_DIR``, else ``~/.config/memhoncho``."""
+    """Explicit, else ``MEMHONCHO_CONFIG_DIR``, else ``~/.config/memhoncho``."""
     if explicit is not None:
         return Path(explicit)
     env = os.environ.get("MEMHONCHO_CONFIG_DIR")
@@ -67,7 +67,7 @@ def config_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 
 def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The data directory: explicit, else ``MEMHONCHO_DATA_DIR``, else ``~/.local/share/memhoncho``."""
+    """Explicit, else ``MEMHONCHO_DATA_DIR``, else ``~/.local/share/memhoncho``."""
     if explicit is not None:
         return Path(explicit)
     env = os.environ.get("MEMHONCHO_DATA_DIR")

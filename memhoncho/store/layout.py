@@ -81,6 +81,8 @@ class Layout:
     def conversation_keys(self) -> list[str]:
         """Every conversation with an outbox file, sorted."""
         try:
-            return sorted(p.name[:-6] for p in self.outbox_dir.iterdir() if p.name.endswith(".jsonl"))
+            return sorted(
+                p.name[:-6] for p in self.outbox_dir.iterdir() if p.name.endswith(".jsonl")
+            )
         except FileNotFoundError:
             return []

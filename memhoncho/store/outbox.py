@@ -207,7 +207,11 @@ class Outbox:
             st = path.stat()
         except FileNotFoundError:
             return
-        if tail is not None and (tail.dev, tail.ino, tail.size) == (st.st_dev, st.st_ino, st.st_size):
+        if tail is not None and (tail.dev, tail.ino, tail.size) == (
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+        ):
             return
         with open(path, "rb") as handle:
             start = tail.size if tail and (tail.dev, tail.ino) == (st.st_dev, st.st_ino) else 0
@@ -304,4 +308,3 @@ class Outbox:
                 return
             self._tails.pop(key, None)
             fsync_dir(self.layout.outbox_dir)
-

@@ -1,0 +1,5 @@
+import sys
+
+from memhoncho.cli import main
+
+sys.exit(main())

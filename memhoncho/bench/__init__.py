@@ -1,0 +1,10 @@
+"""``memhoncho bench <name>``: measurements that print one JSON object each.
+
+Each benchmark is a module here with ``run(args) -> dict``; ``BENCHMARKS`` names them.
+"""
+
+from __future__ import annotations
+
+BENCHMARKS: dict[str, str] = {
+    "capture": "memhoncho.bench.capture",
+}
