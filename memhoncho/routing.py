@@ -25,6 +25,7 @@ def deliver_queue(conversation_id: str, partitions: int) -> str:
 def deliver_queues(partitions: int) -> list[str]:
     return [f"{DELIVER_QUEUE_PREFIX}{i}" for i in range(partitions)]
 
+
 DELIVER = "deliver"  # routed by conversation partition
 #: every memhoncho task's wire name and where it goes; a guard test checks each task is here
 TASK_QUEUES: dict[str, str] = {
