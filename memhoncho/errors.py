@@ -17,6 +17,7 @@ default message.
     ├── ConfigError                     ERR_CONFIG
     │   └── MissingApiKey               ERR_NO_API_KEY
     ├── LockBusy                        ERR_LOCK_BUSY
+    │   └── ForkWaiting                 ERR_FORK_WAITING
     └── HonchoFailure                   ERR_HONCHO
         ├── HonchoUnavailable           ERR_HONCHO_UNAVAILABLE
         ├── HonchoRateLimited           ERR_HONCHO_RATE_LIMITED
@@ -118,6 +119,12 @@ class LockBusy(MemhonchoError):
     """Another worker holds this conversation's lock; try again shortly."""
 
     code = "ERR_LOCK_BUSY"
+
+
+class ForkWaiting(LockBusy):
+    """The fork's parent has not delivered up to the fork point yet; try again shortly."""
+
+    code = "ERR_FORK_WAITING"
 
 
 class HonchoFailure(MemhonchoError):
