@@ -1,0 +1,123 @@
+"""Fault injection for the Honcho stand-in: a thread-safe plan of what to break, and when.
+
+A fault matches a request by method and path substring, fires with a probability (seeded,
+so a run repeats) and at most ``count`` times. The server asks ``plan.pick(method, path)``
+once per request and acts on the fault it gets back.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Kinds of fault and what each does to a matching request.
+KINDS = {
+    "http_500": "answer 500 before doing anything",
+    "http_503": "answer 503 before doing anything",
+    "http_429": "answer 429 with Retry-After before doing anything",
+    "timeout_before_commit": "sleep past the client's timeout, change nothing, answer nothing",
+    "timeout_after_commit": "apply the request, sleep past the client's timeout, answer nothing",
+    "drop_connection": "close the socket without an answer, before or after applying the request",
+    "latency_ms": "wait this long, then handle the request normally",
+}
+DEFAULT_SLEEP_S = 2.0  # seconds a timeout fault holds the request
+DEFAULT_RETRY_AFTER_S = 1.0  # seconds sent in Retry-After
+
+
+@dataclass
+class Fault:
+    """One planned fault. ``count=None`` means every matching request."""
+
+    kind: str
+    count: int | None = 1
+    path_contains: str | None = None
+    method: str | None = None
+    probability: float = 1.0
+    seed: int | None = None
+    retry_after_s: float = DEFAULT_RETRY_AFTER_S
+    sleep_s: float = DEFAULT_SLEEP_S
+    latency_ms: float = 0.0
+    after_commit: bool = False  # drop_connection only
+    id: int = 0
+    fired: int = 0
+    _rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}; expected one of {sorted(KINDS)}")
+        if not 0.0 <= self.probability <= 1.0:
+            raise ValueError("probability must be within 0..1")
+        if self.count is not None and self.count < 1:
+            raise ValueError("count must be at least 1, or None for every request")
+        self._rng = random.Random(self.seed)
+
+    @property
+    def commits(self) -> bool:
+        """Whether the request is applied before the fault strikes."""
+        return self.kind == "timeout_after_commit" or (
+            self.kind == "drop_connection" and self.after_commit
+        )
+
+    def matches(self, method: str, path: str) -> bool:
+        if self.method is not None and self.method.upper() != method.upper():
+            return False
+        return self.path_contains is None or self.path_contains in path
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("_rng", None)
+        return data
+
+
+class FaultPlan:
+    """The faults planned on one stand-in. Safe to call from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._faults: list[Fault] = []
+        self._next_id = 1
+
+    def add(self, kind: str, **options: Any) -> Fault:
+        """Plan a fault; see ``KINDS``. Returns it (its ``fired`` count updates live)."""
+        with self._lock:
+            fault = Fault(kind=kind, id=self._next_id, **options)
+            self._next_id += 1
+            self._faults.append(fault)
+            return fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def remove(self, fault_id: int) -> None:
+        with self._lock:
+            self._faults = [f for f in self._faults if f.id != fault_id]
+
+    def list(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [f.as_dict() for f in self._faults]
+
+    def pick(self, method: str, path: str) -> tuple[float, Fault | None]:
+        """For one request: the added latency (seconds) and the fault to act on, if any."""
+        latency_s = 0.0
+        chosen: Fault | None = None
+        with self._lock:
+            for fault in list(self._faults):
+                if not fault.matches(method, path):
+                    continue
+                if fault.kind == "latency_ms":
+                    if fault._rng.random() < fault.probability:
+                        latency_s += fault.latency_ms / 1000.0
+                        self._spend(fault)
+                    continue
+                if chosen is None and fault._rng.random() < fault.probability:
+                    chosen = fault
+                    self._spend(fault)
+        return latency_s, chosen
+
+    def _spend(self, fault: Fault) -> None:
+        fault.fired += 1
+        if fault.count is not None and fault.fired >= fault.count:
+            self._faults.remove(fault)
