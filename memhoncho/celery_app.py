@@ -23,6 +23,7 @@ TASK_TIME_LIMIT_S = 300  # hard limit; far below the broker's visibility timeout
 TASK_SOFT_TIME_LIMIT_S = 240
 VISIBILITY_TIMEOUT_S = 3600  # Redis: an unacked task is redelivered after this
 HOST_CONNECT_TIMEOUT_S = 0.04  # the host never waits long on a broker that is down
+EMBEDDED_POLL_S = 0.1  # seconds between the filesystem broker's scans of its queue folder
 BEAT_EXPIRY_FRACTION = 0.9  # a beat task expires just before its next firing
 
 TASK_MODULES = ["memhoncho.tasks"]
@@ -43,6 +44,7 @@ def embedded_broker(data_dir: Path) -> tuple[str, dict[str, Any]]:
         "data_folder_out": str(queue_dir),
         "control_folder": str(control_dir),
         "store_processed": False,
+        "polling_interval": EMBEDDED_POLL_S,
     }
 
 

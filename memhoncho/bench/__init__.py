@@ -6,5 +6,6 @@ Each benchmark is a module here with ``run(args) -> dict``; ``BENCHMARKS`` names
 from __future__ import annotations
 
 BENCHMARKS: dict[str, str] = {
+    "broker": "memhoncho.bench.broker",
     "capture": "memhoncho.bench.capture",
 }
