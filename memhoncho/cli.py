@@ -27,6 +27,43 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from memhoncho import demo
+
+    return demo.main(args.data_dir, args.honcho_url, args.honcho_key)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    """A worker with beat embedded: the one-machine deployment."""
+    import os
+
+    os.execvp(
+        sys.executable,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "memhoncho.celery_app",
+            "worker",
+            "-B",
+            "-E",
+            "-l",
+            args.loglevel,
+            "-c",
+            str(args.concurrency),
+        ],
+    )
+    return 0  # not reached
+
+
+def _cmd_stand_in(args: argparse.Namespace) -> int:
+    from memhoncho.testing import serve
+
+    serve(args.port, host=args.host, llm=args.llm)
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memhoncho", description=__doc__.splitlines()[0])
     parser.add_argument("--config-dir", help="default: $MEMHONCHO_CONFIG_DIR")
@@ -38,6 +75,23 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="JSON output (the only format)")
     bench.add_argument("--samples", type=int, default=None, help="override the sample count")
     bench.set_defaults(handler=_cmd_bench)
+
+    demo = sub.add_parser("demo", help="the whole loop end to end on this machine")
+    demo.add_argument("--data-dir", default=argparse.SUPPRESS, help="keep the demo's files here")
+    demo.add_argument("--honcho-url", help="use this Honcho instead of the local stand-in")
+    demo.add_argument("--honcho-key", help="the API key for --honcho-url")
+    demo.set_defaults(handler=_cmd_demo)
+
+    run = sub.add_parser("run", help="a worker and beat together (one-machine deployment)")
+    run.add_argument("--concurrency", type=int, default=2)
+    run.add_argument("--loglevel", default="INFO")
+    run.set_defaults(handler=_cmd_run)
+
+    stand_in = sub.add_parser("stand-in", help="serve the Honcho stand-in (a test double)")
+    stand_in.add_argument("--port", type=int, default=8000)
+    stand_in.add_argument("--host", default="127.0.0.1")
+    stand_in.add_argument("--llm", action="store_true", help="answer chat like an LLM would")
+    stand_in.set_defaults(handler=_cmd_stand_in)
     return parser
 
 
