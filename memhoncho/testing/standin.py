@@ -26,6 +26,7 @@ from memhoncho.testing.standin_store import HonchoStore
 
 DEFAULT_CHAT_DELAY_S = 0.05  # seconds before a no-LLM chat answers 500 (the real one: ~8 s)
 IDLE_CONNECTION_S = 30.0  # seconds a kept-alive connection may sit idle
+SHUTDOWN_POLL_S = 0.02  # seconds between the server loop's checks for stop()
 CONTROL_PREFIX = "/_standin"
 
 _W = r"/v3/workspaces/(?P<ws>[^/]+)"
@@ -125,6 +126,12 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = IDLE_CONNECTION_S
     server: _Server
 
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body leave in separate writes; without this, Nagle plus delayed
+        # ACKs stall every answer by ~40 ms.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         """Quiet: tests read state, not logs."""
 
@@ -198,7 +205,10 @@ class HonchoStandIn:
         self._server.standin = self
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name=f"honcho-standin-{self.port}", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL_S},
+            name=f"honcho-standin-{self.port}",
+            daemon=True,
         )
         self._thread.start()
         return self
