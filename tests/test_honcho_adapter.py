@@ -1,0 +1,441 @@
+"""memhoncho.honcho: clients, classify(), and the typed operations, over the real SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterator
+
+import httpx
+import pydantic
+import pytest
+from honcho import Honcho
+from honcho.http import exceptions as sdk
+
+from memhoncho import honcho as adapter
+from memhoncho.errors import (
+    HonchoFailure,
+    HonchoNoLLM,
+    HonchoRateLimited,
+    HonchoRejected,
+    HonchoTimeout,
+    HonchoUnavailable,
+    LockBusy,
+    MemhonchoError,
+)
+from memhoncho.honcho import HonchoTarget, OutgoingMessage
+from memhoncho.honcho_retry import BACKOFF_BASE_S, BACKOFF_CAP_S, RETRY_AFTER_CAP_S
+from memhoncho.testing import HonchoStandIn
+
+SECRET_KEY = "sk-memhoncho-test-SECRET-9f8e7d"
+SECRET_CONTENT = "my bank PIN is 4321 "
+FAST_TIMEOUT_S = 0.3  # seconds
+FAULT_SLEEP_S = 0.6  # seconds, past FAST_TIMEOUT_S
+
+
+@pytest.fixture
+def standin() -> Iterator[HonchoStandIn]:
+    with HonchoStandIn() as running:
+        yield running
+
+
+@pytest.fixture
+def target(standin: HonchoStandIn, workspace_id: str) -> HonchoTarget:
+    return HonchoTarget(base_url=standin.url, api_key="k", workspace_id=workspace_id, timeout_s=5)
+
+
+def _with_cause(exc: BaseException, cause: BaseException) -> BaseException:
+    exc.__cause__ = cause
+    return exc
+
+
+def _validation_error() -> pydantic.ValidationError:
+    try:
+        pydantic.TypeAdapter(int).validate_python("not a number")
+    except pydantic.ValidationError as exc:
+        return exc
+    raise AssertionError("unreachable")
+
+
+REQUEST = httpx.Request("POST", "http://honcho.invalid/v3/workspaces")
+
+# exception, memhoncho error class, retry, unclear
+CASES: list[tuple[str, BaseException, type[MemhonchoError], bool, bool]] = [
+    ("429", sdk.RateLimitError("slow down", retry_after=7.0), HonchoRateLimited, True, False),
+    ("500", sdk.ServerError("boom", status=500), HonchoUnavailable, True, True),
+    ("503", sdk.ServerError("down", status=503), HonchoUnavailable, True, True),
+    ("timeout", sdk.TimeoutError("Request timed out after 5s"), HonchoTimeout, True, True),
+    (
+        "connect-refused",
+        _with_cause(sdk.ConnectionError("refused"), httpx.ConnectError("refused")),
+        HonchoUnavailable,
+        True,
+        False,
+    ),
+    (
+        "connection-dropped",
+        _with_cause(sdk.ConnectionError("dropped"), httpx.RemoteProtocolError("gone")),
+        HonchoUnavailable,
+        True,
+        True,
+    ),
+    ("400", sdk.BadRequestError("bad"), HonchoRejected, False, False),
+    ("401", sdk.AuthenticationError("who"), HonchoRejected, False, False),
+    ("403", sdk.PermissionDeniedError("no"), HonchoRejected, False, False),
+    ("404", sdk.NotFoundError("Session not found"), HonchoRejected, False, False),
+    ("409", sdk.ConflictError("conflict"), HonchoRejected, False, False),
+    (
+        "422",
+        sdk.UnprocessableEntityError([{"loc": ["body"], "type": "x"}]),
+        HonchoRejected,
+        False,
+        False,
+    ),  # type: ignore[arg-type]
+    (
+        "422-no-llm",
+        sdk.UnprocessableEntityError("OpenAI API key is required"),
+        HonchoNoLLM,
+        False,
+        False,
+    ),
+    ("418", sdk.APIError("teapot", status=418), HonchoRejected, False, False),
+    ("status-0", sdk.HonchoError("odd"), HonchoUnavailable, True, True),
+    ("httpx-read-timeout", httpx.ReadTimeout("slow", request=REQUEST), HonchoTimeout, True, True),
+    (
+        "httpx-connect-timeout",
+        httpx.ConnectTimeout("x", request=REQUEST),
+        HonchoTimeout,
+        True,
+        False,
+    ),
+    (
+        "httpx-connect-error",
+        httpx.ConnectError("x", request=REQUEST),
+        HonchoUnavailable,
+        True,
+        False,
+    ),
+    (
+        "httpx-protocol",
+        httpx.RemoteProtocolError("x", request=REQUEST),
+        HonchoUnavailable,
+        True,
+        True,
+    ),
+    (
+        "httpx-status-502",
+        httpx.HTTPStatusError("x", request=REQUEST, response=httpx.Response(502, request=REQUEST)),
+        HonchoUnavailable,
+        True,
+        True,
+    ),
+    ("pydantic", _validation_error(), HonchoRejected, False, False),
+    (
+        "value-error",
+        ValueError("Message content cannot be only whitespace"),
+        HonchoRejected,
+        False,
+        False,
+    ),
+    ("builtin-connection", ConnectionResetError("reset"), HonchoUnavailable, True, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind", "retry", "unclear"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_classify_maps_every_sdk_error_to_a_memhoncho_decision(
+    exc: BaseException, kind: type[MemhonchoError], retry: bool, unclear: bool
+) -> None:
+    decision = adapter.classify(exc, attempt=1)
+    assert type(decision.error) is kind
+    assert (decision.retry, decision.unclear) == (retry, unclear)
+    assert (decision.delay_s is not None) == retry
+
+
+def test_classify_honours_retry_after_over_backoff() -> None:
+    decision = adapter.classify(sdk.RateLimitError(retry_after=42.0), attempt=9)
+    assert decision.delay_s == 42.0
+    assert decision.error.retry_after_s == 42.0  # type: ignore[attr-defined]
+    huge = adapter.classify(sdk.RateLimitError(retry_after=1e9), attempt=1)
+    assert huge.delay_s == RETRY_AFTER_CAP_S
+
+
+def test_classify_backs_off_exponentially_with_full_jitter_and_a_cap() -> None:
+    for attempt in range(1, 20):
+        ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
+        delays = [adapter.classify(sdk.ServerError(), attempt).delay_s for _ in range(50)]
+        assert all(d is not None and 0.0 <= d <= ceiling for d in delays)
+    assert adapter.backoff_s(30, random.Random(1)) <= BACKOFF_CAP_S
+    no_header = adapter.classify(sdk.RateLimitError(), attempt=3)
+    assert no_header.delay_s is not None and 0 <= no_header.delay_s <= 4 * BACKOFF_BASE_S
+
+
+def test_classify_passes_memhoncho_errors_through() -> None:
+    busy = LockBusy()
+    assert adapter.classify(busy, 1).error is busy and not adapter.classify(busy, 1).retry
+    timeout = HonchoTimeout(unclear=True)
+    decision = adapter.classify(timeout, 2)
+    assert decision.error is timeout and decision.retry and decision.unclear
+
+
+def test_classify_gives_up_on_the_unexpected_but_calls_it_unclear() -> None:
+    decision = adapter.classify(RuntimeError("bug"), 1)
+    assert type(decision.error) is HonchoFailure
+    assert not decision.retry and decision.unclear
+
+
+def test_the_target_never_shows_its_key() -> None:
+    target = HonchoTarget(base_url="http://h", api_key=SECRET_KEY, workspace_id="w")
+    assert SECRET_KEY not in repr(target) and SECRET_KEY not in str(target)
+
+
+def _error_text(error: MemhonchoError) -> str:
+    return " ".join([str(error), repr(error), json.dumps(error.as_dict(), default=str)])
+
+
+def test_errors_never_carry_the_key_or_the_content(workspace_id: str) -> None:
+    with HonchoStandIn(api_key="the-right-key") as standin:
+        wrong = HonchoTarget(standin.url, SECRET_KEY, workspace_id)
+        with pytest.raises(HonchoRejected) as refused:
+            adapter.ensure_session(adapter.write_client(wrong), "s1", "ana", "agent")
+        assert refused.value.status == 401
+        assert SECRET_KEY not in _error_text(refused.value)
+
+        right = adapter.write_client(HonchoTarget(standin.url, "the-right-key", workspace_id))
+        too_long = OutgoingMessage("ana", SECRET_CONTENT * 2000)
+        with pytest.raises(HonchoRejected) as invalid:
+            adapter.add_messages(right, "s1", [too_long])
+        assert SECRET_CONTENT.strip() not in _error_text(invalid.value)
+        assert invalid.value.details["fields"] == ["body.messages.0.content:string_too_long"]
+        assert invalid.value.__suppress_context__ and invalid.value.__cause__ is None
+
+
+def test_a_retried_add_messages_with_max_retries_zero_stores_once(
+    standin: HonchoStandIn, workspace_id: str
+) -> None:
+    target = HonchoTarget(standin.url, "k", workspace_id, timeout_s=FAST_TIMEOUT_S)
+    client = adapter.write_client(target)
+    adapter.ensure_session(client, "s1", "ana", "agent")
+    standin.faults.add(
+        "timeout_after_commit",
+        count=None,
+        method="POST",
+        path_contains="/messages",
+        sleep_s=FAULT_SLEEP_S,
+    )
+    with pytest.raises(HonchoTimeout) as caught:
+        adapter.add_messages(client, "s1", [OutgoingMessage("ana", "hello")])
+    assert adapter.classify(caught.value, 1).unclear
+    assert len(standin.messages(workspace_id, "s1")) == 1
+    assert standin.request_count(path_contains="/messages", method="POST") == 1
+
+
+def test_the_sdk_default_of_two_retries_stores_a_timed_out_message_three_times(
+    standin: HonchoStandIn, workspace_id: str
+) -> None:
+    client = Honcho(
+        base_url=standin.url, api_key="k", workspace_id=workspace_id, timeout=FAST_TIMEOUT_S
+    )
+    session, ana = client.session("s1"), client.peer("ana")
+    standin.faults.add(
+        "timeout_after_commit",
+        count=None,
+        method="POST",
+        path_contains="/messages",
+        sleep_s=FAULT_SLEEP_S,
+    )
+    with pytest.raises(sdk.TimeoutError):
+        session.add_messages([ana.message("hello")])
+    assert [m["content"] for m in standin.messages(workspace_id, "s1")] == ["hello"] * 3
+
+
+def test_clients_are_cached_per_process_and_target(
+    target: HonchoTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write = adapter.write_client(target)
+    assert adapter.write_client(target) is write
+    assert write._http.max_retries == 0
+    read = adapter.read_client(target, timeout_s=2.0)
+    assert read is not write and read._http.max_retries == 0 and read._http.timeout == 2.0
+    rotated = HonchoTarget(target.base_url, "rotated-key", target.workspace_id, target.timeout_s)
+    fresh = adapter.write_client(rotated)
+    assert fresh is not write and fresh._http.api_key == "rotated-key"
+    real_pid = os.getpid()
+    monkeypatch.setattr(os, "getpid", lambda: real_pid + 1)  # as in a forked worker
+    assert adapter.write_client(rotated) is not fresh
+
+
+def test_ensure_session_configures_members_before_the_first_message(
+    standin: HonchoStandIn, target: HonchoTarget
+) -> None:
+    client = adapter.write_client(target)
+    adapter.ensure_session(client, "s1", "ana", "agent", {"conversation": "c1"})
+    adapter.add_messages(
+        client, "s1", [OutgoingMessage("ana", "hi"), OutgoingMessage("agent", "hello")]
+    )
+    ws = target.workspace_id
+    assert standin.peer_config(ws, "s1", "ana") == {"observe_me": True, "observe_others": False}
+    assert standin.peer_config(ws, "s1", "agent") == {"observe_me": False, "observe_others": True}
+    session = standin.sessions(ws)[0]
+    assert session["metadata"] == {"conversation": "c1"}
+    assert session["configuration"] == {"summary": {"enabled": True}, "dream": {"enabled": True}}
+    paths = [path for _, path, _ in standin.state()["requests"]]
+    first_message = next(i for i, p in enumerate(paths) if p.endswith("/messages"))
+    assert any(p.endswith("/sessions") for p in paths[:first_message])
+
+
+def test_add_messages_refuses_more_than_one_hundred_without_a_request(
+    standin: HonchoStandIn, target: HonchoTarget
+) -> None:
+    messages = [OutgoingMessage("ana", f"m{i}") for i in range(101)]
+    with pytest.raises(HonchoRejected):
+        adapter.add_messages(adapter.write_client(target), "s1", messages)
+    assert standin.request_count() == 0
+    assert adapter.add_messages(adapter.write_client(target), "s1", []) == []
+
+
+def test_add_messages_keeps_metadata_and_created_at_and_answers_ids_in_order(
+    standin: HonchoStandIn, target: HonchoTarget
+) -> None:
+    from datetime import UTC, datetime
+
+    when = datetime(2022, 2, 2, 12, 0, tzinfo=UTC)
+    client = adapter.write_client(target)
+    ids = adapter.add_messages(
+        client,
+        "s1",
+        [OutgoingMessage("ana", "one", {"k": 1}, when), OutgoingMessage("agent", "two")],
+    )
+    listed = adapter.list_messages(client, "s1")
+    assert [m["id"] for m in listed] == ids
+    assert listed[0]["metadata"] == {"k": 1} and listed[0]["created_at"] == when
+
+
+def test_find_outbox_ids_pages_through_more_than_one_page(
+    standin: HonchoStandIn, target: HonchoTarget
+) -> None:
+    client = adapter.write_client(target)
+    key = "memhoncho_outbox_id"
+    ids = []
+    for start in (0, 100):
+        ids += adapter.add_messages(
+            client,
+            "s1",
+            [OutgoingMessage("ana", f"m{i}", {key: f"ob{i}"}) for i in range(start, start + 100)],
+        )
+    before = standin.request_count(path_contains="/messages/list")
+    found = adapter.find_outbox_ids(client, "s1", key, [f"ob{i}" for i in range(200)] + ["nope"])
+    assert found == {f"ob{i}": ids[i] for i in range(200)}
+    assert standin.request_count(path_contains="/messages/list") - before >= 3
+
+
+def test_find_outbox_ids_names_the_first_copy_of_a_duplicate(
+    standin: HonchoStandIn, target: HonchoTarget
+) -> None:
+    client = adapter.write_client(target)
+    key = "memhoncho_outbox_id"
+    first = adapter.add_messages(client, "s1", [OutgoingMessage("ana", "m", {key: "ob1"})])
+    adapter.add_messages(client, "s1", [OutgoingMessage("ana", "m", {key: "ob1"})])
+    assert adapter.find_outbox_ids(client, "s1", key, ["ob1"]) == {"ob1": first[0]}
+
+
+def test_a_clone_can_be_found_again_by_its_metadata(
+    standin: HonchoStandIn, target: HonchoTarget
+) -> None:
+    client = adapter.write_client(target)
+    adapter.ensure_session(client, "parent", "ana", "agent", {"conversation": "p"})
+    ids = adapter.add_messages(
+        client, "parent", [OutgoingMessage("ana", f"m{i}") for i in range(3)]
+    )
+    child = adapter.clone_session(client, "parent", ids[1])
+    adapter.set_session_metadata(client, child, {"memhoncho_fork_of": "p", "child": "c"})
+    found = adapter.find_sessions(client, {"child": "c"})
+    assert [s["id"] for s in found] == [child]
+    assert [m["content"] for m in adapter.list_messages(client, child)] == ["m0", "m1"]
+    with pytest.raises(HonchoRejected) as caught:
+        adapter.clone_session(client, "parent", "no_such_message")
+    assert caught.value.status == 404
+
+
+def test_search_user_messages_returns_only_the_users_messages_as_dicts(
+    standin: HonchoStandIn, target: HonchoTarget
+) -> None:
+    client = adapter.write_client(target)
+    adapter.add_messages(
+        client,
+        "s1",
+        [OutgoingMessage("ana", "I love figs"), OutgoingMessage("agent", "figs are great")],
+    )
+    found = adapter.search_user_messages(adapter.read_client(target), "ana", "FIGS", limit=500)
+    assert [(m["content"], m["session_id"]) for m in found] == [("I love figs", "s1")]
+    assert set(found[0]) == {"content", "session_id", "created_at", "metadata"}
+
+
+def test_chat_without_an_llm_is_honcho_no_llm(target: HonchoTarget) -> None:
+    with pytest.raises(HonchoNoLLM) as caught:
+        adapter.chat(adapter.read_client(target), "agent", "ana", "tea?", "minimal", 5.0)
+    assert caught.value.status == 500
+
+
+def test_chat_when_honcho_is_down_stays_unavailable(
+    standin: HonchoStandIn, target: HonchoTarget
+) -> None:
+    standin.faults.add("http_503", path_contains="/chat")
+    with pytest.raises(HonchoUnavailable):
+        adapter.chat(adapter.read_client(target), "agent", "ana", "tea?")
+
+
+def test_chat_with_an_llm_answers_and_an_empty_answer_is_no_llm(
+    standin: HonchoStandIn, target: HonchoTarget
+) -> None:
+    standin.llm = True
+    client = adapter.read_client(target)
+    adapter.create_conclusion(client, "agent", "ana", "Ana drinks green tea")
+    assert "Ana drinks green tea" in adapter.chat(client, "agent", "ana", "tea?", "low")
+
+    def empty(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/chat"):
+            return httpx.Response(200, json={"content": None})
+        return httpx.Response(200, json={"id": "w", "created_at": "2024-01-01T00:00:00Z"})
+
+    silent = Honcho(
+        base_url="http://honcho.invalid",
+        api_key="k",
+        workspace_id="w",
+        max_retries=0,
+        http_client=httpx.Client(transport=httpx.MockTransport(empty)),
+    )
+    with pytest.raises(HonchoNoLLM):
+        adapter.chat(silent, "agent", "ana", "tea?")
+
+
+def test_conclusions_representation_and_context_come_back_plain(
+    standin: HonchoStandIn, target: HonchoTarget
+) -> None:
+    client = adapter.write_client(target)
+    adapter.ensure_session(client, "s1", "ana", "agent")
+    adapter.add_messages(client, "s1", [OutgoingMessage("ana", "hello")])
+    assert adapter.representation(client, "agent", "ana") == ""
+    made = adapter.create_conclusion(client, "agent", "ana", "Ana gardens", "s1")
+    assert made["content"] == "Ana gardens" and made["session_id"] == "s1"
+    assert adapter.representation(client, "agent", "ana", "s1") == "Ana gardens"
+    standin.set_summary(target.workspace_id, "s1", "Ana greeted the agent.")
+    context = adapter.session_context(client, "s1", 1000, "ana", "agent")
+    assert context == {
+        "summary": "Ana greeted the agent.",
+        "peer_representation": "Ana gardens",
+        "peer_card": None,
+        "messages": 1,
+    }
+
+
+def test_conclusions_without_embeddings_are_honcho_no_llm(
+    standin: HonchoStandIn, target: HonchoTarget
+) -> None:
+    standin.embeddings = False
+    with pytest.raises(HonchoNoLLM):
+        adapter.create_conclusion(adapter.write_client(target), "agent", "ana", "Ana gardens")
