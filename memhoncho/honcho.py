@@ -39,6 +39,7 @@ __all__ = [
     "chat",
     "classify",
     "clone_session",
+    "close_clients",
     "create_conclusion",
     "ensure_session",
     "find_outbox_ids",
@@ -128,6 +129,15 @@ def _client(kind: str, target: HonchoTarget, timeout_s: float) -> Honcho:
     if cached is not None:
         _close(cached[1])
     return client
+
+
+def close_clients() -> None:
+    """Close this process's cached clients (worker shutdown, tests); new ones build lazily."""
+    with _clients_lock:
+        stale = [client for _, client in _clients.values()] if _clients_pid == os.getpid() else []
+        _clients.clear()
+    for client in stale:
+        _close(client)
 
 
 def _close(client: Honcho) -> None:

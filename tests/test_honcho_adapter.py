@@ -34,6 +34,13 @@ FAST_TIMEOUT_S = 0.3  # seconds
 FAULT_SLEEP_S = 0.6  # seconds, past FAST_TIMEOUT_S
 
 
+@pytest.fixture(autouse=True)
+def _fresh_clients() -> Iterator[None]:
+    adapter.close_clients()
+    yield
+    adapter.close_clients()
+
+
 @pytest.fixture
 def standin() -> Iterator[HonchoStandIn]:
     with HonchoStandIn() as running:
@@ -250,6 +257,7 @@ def test_the_sdk_default_of_two_retries_stores_a_timed_out_message_three_times(
     )
     with pytest.raises(sdk.TimeoutError):
         session.add_messages([ana.message("hello")])
+    client._http.close()
     assert [m["content"] for m in standin.messages(workspace_id, "s1")] == ["hello"] * 3
 
 
@@ -411,6 +419,7 @@ def test_chat_with_an_llm_answers_and_an_empty_answer_is_no_llm(
     )
     with pytest.raises(HonchoNoLLM):
         adapter.chat(silent, "agent", "ana", "tea?")
+    silent._http._client.close()
 
 
 def test_conclusions_representation_and_context_come_back_plain(

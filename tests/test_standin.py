@@ -29,15 +29,27 @@ FAST_TIMEOUT_S = 0.3  # seconds: the client's timeout in fault tests
 FAULT_SLEEP_S = 0.6  # seconds a timeout fault holds the request (past FAST_TIMEOUT_S)
 
 
+_clients: list[Honcho] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _clients:
+        _clients.pop()._http.close()
+
+
 @pytest.fixture
 def standin() -> Iterator[HonchoStandIn]:
     with HonchoStandIn() as running:
         yield running
 
 
-def sdk(standin: HonchoStandIn, workspace_id: str, **options: object) -> Honcho:
+def sdk(standin: HonchoStandIn, workspace_id: str, api_key: str = "k", **options: object) -> Honcho:
     options.setdefault("max_retries", 0)
-    return Honcho(base_url=standin.url, api_key="k", workspace_id=workspace_id, **options)  # type: ignore[arg-type]
+    client = Honcho(base_url=standin.url, api_key=api_key, workspace_id=workspace_id, **options)  # type: ignore[arg-type]
+    _clients.append(client)
+    return client
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS.values()), ids=list(SCENARIOS))
@@ -148,10 +160,10 @@ def test_a_deleted_session_id_stays_unusable(standin: HonchoStandIn, workspace_i
 
 def test_an_api_key_when_configured_is_required(workspace_id: str) -> None:
     with HonchoStandIn(api_key="right") as standin:
-        wrong = Honcho(base_url=standin.url, api_key="wrong", workspace_id=workspace_id)
+        wrong = sdk(standin, workspace_id, api_key="wrong")
         with pytest.raises(AuthenticationError):
             wrong.session("s1")
-        right = Honcho(base_url=standin.url, api_key="right", workspace_id=workspace_id)
+        right = sdk(standin, workspace_id, api_key="right")
         assert right.session("s1").id == "s1"
 
 

@@ -8,8 +8,10 @@ Like ``memhoncho.honcho``, this module talks to the SDK directly: pinning the wi
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 
 import pydantic
@@ -35,14 +37,39 @@ def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:16]}"
 
 
+_opened: ContextVar[list[Honcho] | None] = ContextVar("contract_clients", default=None)
+
+
 def client_for(base_url: str, api_key: str | None, workspace_id: str | None = None) -> Honcho:
-    return Honcho(
+    """A fresh SDK client in a fresh workspace; closed when its scenario ends."""
+    client = Honcho(
         base_url=base_url,
         api_key=api_key or "standin-key",
         workspace_id=workspace_id or unique("mhws"),
         timeout=CONTRACT_TIMEOUT_S,
         max_retries=0,
     )
+    opened = _opened.get()
+    if opened is not None:
+        opened.append(client)
+    return client
+
+
+def scenario(fn: Scenario) -> Scenario:
+    """Mark a contract scenario: its clients are closed after it, pass or fail."""
+
+    @functools.wraps(fn)
+    def run(base_url: str, api_key: str | None = None) -> None:
+        opened: list[Honcho] = []
+        token = _opened.set(opened)
+        try:
+            fn(base_url, api_key)
+        finally:
+            _opened.reset(token)
+            for client in opened:
+                client._http.close()
+
+    return run
 
 
 def _raises_422(call: Callable[[], object]) -> UnprocessableEntityError:
@@ -56,6 +83,7 @@ def _raises_422(call: Callable[[], object]) -> UnprocessableEntityError:
 # ----------------------------------------------------------------- scenarios
 
 
+@scenario
 def limits_answer_422(base_url: str, api_key: str | None) -> None:
     """Past each documented limit, Honcho answers 422 and stores nothing."""
     client = client_for(base_url, api_key)
@@ -77,6 +105,7 @@ def limits_answer_422(base_url: str, api_key: str | None) -> None:
     assert len(stored) == 1 and len(stored[0].content) == 25_000
 
 
+@scenario
 def sdk_refuses_before_sending(base_url: str, api_key: str | None) -> None:
     """Some refusals never reach Honcho: the SDK's own pydantic checks."""
     client = client_for(base_url, api_key)
@@ -92,6 +121,7 @@ def sdk_refuses_before_sending(base_url: str, api_key: str | None) -> None:
         raise AssertionError("expected the SDK to refuse before sending")
 
 
+@scenario
 def get_or_create_keeps_one_session(base_url: str, api_key: str | None) -> None:
     """Asking for a session twice gets the same one; given metadata replaces the old."""
     client = client_for(base_url, api_key)
@@ -103,6 +133,7 @@ def get_or_create_keeps_one_session(base_url: str, api_key: str | None) -> None:
     assert [s.id for s in client.sessions()].count(sid) == 1
 
 
+@scenario
 def peer_config_is_sticky(base_url: str, api_key: str | None) -> None:
     """An author auto-added by add_messages keeps its empty config; only set_peer_... changes it."""
     client = client_for(base_url, api_key)
@@ -115,6 +146,7 @@ def peer_config_is_sticky(base_url: str, api_key: str | None) -> None:
     assert session.get_peer_configuration(user.id).observe_others is True
 
 
+@scenario
 def peers_given_at_creation_keep_their_config(base_url: str, api_key: str | None) -> None:
     """Creating the session with peers=[...] before any message sets their config."""
     client = client_for(base_url, api_key)
@@ -132,6 +164,7 @@ def peers_given_at_creation_keep_their_config(base_url: str, api_key: str | None
     assert {p.id for p in session.peers()} == {user, agent}
 
 
+@scenario
 def order_is_insertion_order(base_url: str, api_key: str | None) -> None:
     """Messages list in the order they were added, whatever their created_at; it is kept."""
     client = client_for(base_url, api_key)
@@ -146,6 +179,7 @@ def order_is_insertion_order(base_url: str, api_key: str | None) -> None:
     assert [m.created_at for m in listed] == stamps
 
 
+@scenario
 def add_messages_answers_in_request_order(base_url: str, api_key: str | None) -> None:
     """One add_messages returns one Message per input, in request order, with ids."""
     client = client_for(base_url, api_key)
@@ -159,6 +193,7 @@ def add_messages_answers_in_request_order(base_url: str, api_key: str | None) ->
     assert stored[0].metadata == {"n": 1} and stored[0].session_id == session.id
 
 
+@scenario
 def metadata_in_filter_finds_exactly_those(base_url: str, api_key: str | None) -> None:
     """{"metadata": {key: {"in": [...]}}} returns just the messages holding those values."""
     client = client_for(base_url, api_key)
@@ -170,6 +205,7 @@ def metadata_in_filter_finds_exactly_those(base_url: str, api_key: str | None) -
     assert page.total == 2
 
 
+@scenario
 def clone_copies_up_to_the_cutoff(base_url: str, api_key: str | None) -> None:
     """Clone: metadata, config, peers with configs, messages to the cutoff; new ids, reset."""
     client = client_for(base_url, api_key)
@@ -200,6 +236,7 @@ def clone_copies_up_to_the_cutoff(base_url: str, api_key: str | None) -> None:
     assert clone.get_peer_configuration(agent).observe_others is True
 
 
+@scenario
 def clone_refuses_an_unknown_cutoff(base_url: str, api_key: str | None) -> None:
     """An unknown message_id answers 404 and makes no session."""
     client = client_for(base_url, api_key)
@@ -215,6 +252,7 @@ def clone_refuses_an_unknown_cutoff(base_url: str, api_key: str | None) -> None:
     assert [s.id for s in client.sessions()] == [session.id]
 
 
+@scenario
 def clone_of_an_empty_session_is_a_phantom(base_url: str, api_key: str | None) -> None:
     """Cloning an empty session answers with an id that was never saved."""
     client = client_for(base_url, api_key)
@@ -224,6 +262,7 @@ def clone_of_an_empty_session_is_a_phantom(base_url: str, api_key: str | None) -
     assert phantom.id not in [s.id for s in client.sessions()]
 
 
+@scenario
 def search_is_author_scoped(base_url: str, api_key: str | None) -> None:
     """peer.search finds only that peer's messages, case-insensitively, within the limit."""
     client = client_for(base_url, api_key)
@@ -243,6 +282,7 @@ def search_is_author_scoped(base_url: str, api_key: str | None) -> None:
     assert len(user.search("pineapple", limit=1)) == 1
 
 
+@scenario
 def representation_is_a_string(base_url: str, api_key: str | None) -> None:
     """representation() is a str, "" where nothing was derived."""
     client = client_for(base_url, api_key)
@@ -250,6 +290,7 @@ def representation_is_a_string(base_url: str, api_key: str | None) -> None:
     assert agent.representation(target=user.id) == ""
 
 
+@scenario
 def session_context_has_the_messages(base_url: str, api_key: str | None) -> None:
     """Session context returns the messages (within tokens) and no summary yet."""
     client = client_for(base_url, api_key)
@@ -262,6 +303,7 @@ def session_context_has_the_messages(base_url: str, api_key: str | None) -> None
     assert not context.peer_representation
 
 
+@scenario
 def adapter_sets_config_before_the_first_message(base_url: str, api_key: str | None) -> None:
     """memhoncho.honcho.ensure_session leaves both members configured, even after the fact."""
     client = client_for(base_url, api_key)
@@ -282,6 +324,7 @@ def adapter_sets_config_before_the_first_message(base_url: str, api_key: str | N
     assert client.session(late).get_peer_configuration(agent).observe_others is True
 
 
+@scenario
 def adapter_finds_outbox_ids_across_pages(base_url: str, api_key: str | None) -> None:
     """find_outbox_ids pages through everything: 150 stored, 130 asked, 120 found."""
     client = client_for(base_url, api_key)
