@@ -14,20 +14,21 @@ import re
 import socket
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlencode, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
+from memhoncho.testing.standin_control import CONTROL_PREFIX, StandInControl
 from memhoncho.testing.standin_faults import Fault, FaultPlan
 from memhoncho.testing.standin_state import ApiError
 from memhoncho.testing.standin_store import HonchoStore
 
+__all__ = ["HonchoStandIn", "StandInControl", "serve"]
+
 DEFAULT_CHAT_DELAY_S = 0.05  # seconds before a no-LLM chat answers 500 (the real one: ~8 s)
 IDLE_CONNECTION_S = 30.0  # seconds a kept-alive connection may sit idle
 SHUTDOWN_POLL_S = 0.02  # seconds between the server loop's checks for stop()
-CONTROL_PREFIX = "/_standin"
 
 _W = r"/v3/workspaces/(?P<ws>[^/]+)"
 _S = _W + r"/sessions/(?P<sid>[^/]+)"
@@ -464,50 +465,6 @@ class HonchoStandIn:
         except ApiError as exc:
             return _Answer(exc.status, exc.body())
         return _Answer(404, {"detail": "Not Found"})
-
-
-class StandInControl:
-    """Drive a stand-in running in another process (a worker's, or ``memhoncho stand-in``)."""
-
-    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
-        self.url = url.rstrip("/")
-        self.timeout_s = timeout_s
-
-    def _call(
-        self, method: str, action: str, body: Any = None, query: dict[str, str] | None = None
-    ) -> Any:
-        target = f"{self.url}{CONTROL_PREFIX}/{action}"
-        if query:
-            target += "?" + urlencode(query)
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            target, data=data, method=method, headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
-            return json.loads(response.read() or b"null")
-
-    def add_fault(self, kind: str, **options: Any) -> dict[str, Any]:
-        return dict(self._call("POST", "faults", {"kind": kind, **options})["fault"])
-
-    def clear_faults(self) -> None:
-        self._call("DELETE", "faults")
-
-    def reset(self) -> None:
-        self._call("POST", "reset", {})
-
-    def configure(self, **settings: Any) -> dict[str, Any]:
-        return dict(self._call("POST", "config", settings))
-
-    def state(self) -> dict[str, Any]:
-        return dict(self._call("GET", "state"))
-
-    def messages(self, workspace: str, session_id: str) -> list[dict[str, Any]]:
-        sessions = self.state()["workspaces"].get(workspace, {}).get("sessions", {})
-        return list(sessions.get(session_id, {}).get("messages", []))
-
-    def request_count(self, path_contains: str | None = None, method: str | None = None) -> int:
-        query = {k: v for k, v in {"path_contains": path_contains, "method": method}.items() if v}
-        return int(self._call("GET", "requests", query=query)["count"])
 
 
 def serve(port: int, host: str = "127.0.0.1", **options: Any) -> None:
