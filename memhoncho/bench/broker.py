@@ -36,7 +36,6 @@ def _measure(url: str, options: dict[str, Any], messages: int) -> dict[str, Any]
     latencies: list[float] = []
     with Connection(url, transport_options=options) as producer_conn:
         producer = producer_conn.Producer()
-        producer.declare = [queue]  # type: ignore[assignment]
         queue(producer_conn.default_channel).declare()
         for _ in range(messages):
             start = time.perf_counter()
