@@ -5,7 +5,9 @@ stay as they are; every other UTF-8 byte, ``-`` included, becomes ``-`` and two 
 digits, so the mapping is injective and reversible. A result longer than ``MAX_ENCODED_LEN``
 becomes ``-h`` and a SHA-256 digest instead: no plain encoding starts with ``-h`` (``h`` is not
 a hex digit), so the two forms never collide. No ``.`` or ``/`` can survive, so no path
-traversal is possible.
+traversal is possible. Any user name of 1..256 characters maps (no one is refused for their
+name); a conversation id that is blank, padded, or holds control or unassigned characters is
+refused with InvalidId.
 """
 
 from __future__ import annotations
@@ -34,11 +36,26 @@ def _encode(value: str) -> str:
     return encoded
 
 
-def _check(value: object, what: str) -> str:
+def _check_length(value: object, what: str) -> str:
     if not isinstance(value, str):
         raise InvalidId(f"{what} must be a string")
     if not 1 <= len(value) <= MAX_INPUT_LEN:
         raise InvalidId(f"{what} must be 1..{MAX_INPUT_LEN} characters")
+    return value
+
+
+def _check_user_name(value: object) -> str:
+    """Any name of 1..256 characters maps (a user cannot be refused for their name)."""
+    name = _check_length(value, "user name")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidId("user name is not valid Unicode (lone surrogate)") from None
+    return name
+
+
+def _check(value: object, what: str) -> str:
+    value = _check_length(value, what)
     if value.strip() != value or not value.strip():
         raise InvalidId(f"{what} must not be blank or padded with whitespace")
     for ch in value:
@@ -57,7 +74,7 @@ def peer_id(user_name: object) -> str:
     """The Honcho peer id of a user; ``None`` (an ownerless conversation) is ``user``."""
     if user_name is None:
         return DEFAULT_USER
-    return _encode(_check(user_name, "user name"))
+    return _encode(_check_user_name(user_name))
 
 
 def session_id(workspace_id: str, conversation_id: object) -> str:
@@ -67,7 +84,7 @@ def session_id(workspace_id: str, conversation_id: object) -> str:
 
 
 def decode(key: str) -> str | None:
-    """The original id of a plain key; None for a hashed key or one that is not ours."""
+    """The original id of a plain key; None for a hashed key or one this module never makes."""
     if key.startswith("-h") or not HONCHO_ID.match(key):
         return None
     raw = bytearray()
@@ -80,6 +97,8 @@ def decode(key: str) -> str | None:
             else:
                 raw.append(ord(key[i]))
                 i += 1
-        return raw.decode("utf-8")
+        value = raw.decode("utf-8")
     except (ValueError, IndexError, UnicodeDecodeError):
         return None
+    # Only the canonical form decodes: "-2", "-41" (for "A") or "-C3-A9" are not ours.
+    return value if _encode(value) == key else None

@@ -23,6 +23,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from memhoncho.errors import OutboxCapacity, StoreError
@@ -41,9 +42,13 @@ def encode_line(record: Record) -> bytes:
     return b"%08x %s\n" % (zlib.crc32(payload), payload)
 
 
+_HEX = b"0123456789abcdef"
+
+
 def decode_line(line: bytes) -> Record | None:
     """The record of one complete line (without its newline), or None if it is corrupt."""
-    if len(line) < 10 or line[8:9] != b" ":
+    # Exactly 8 lowercase hex digits: int() alone would also take " 1234567" or "+1234567".
+    if len(line) < 10 or line[8:9] != b" " or line[:8].translate(None, _HEX):
         return None
     payload = line[9:]
     try:
@@ -75,16 +80,43 @@ class Parsed:
 
 
 def parse(data: bytes) -> Parsed:
+    """Split ``data`` into good lines, corrupt lines and an unterminated tail."""
     parsed = Parsed()
     end = data.rfind(b"\n") + 1
     parsed.torn = data[end:]
     for raw in data[:end].split(b"\n")[:-1]:
         record = decode_line(raw)
-        if record is None:
-            parsed.corrupt.append(raw)
-        else:
+        if record is not None:
             parsed.lines.append((record, raw + b"\n"))
+            continue
+        parsed.corrupt.append(raw)
+        parsed.lines.extend(_resync(raw))
     return parsed
+
+
+def _resync(raw: bytes) -> list[tuple[Record, bytes]]:
+    """Good lines inside a corrupt one whose newline was damaged (two lines run together).
+
+    The corrupt raw line itself still goes to quarantine, as evidence; the records found whole
+    inside it are kept, so one damaged byte never takes two records out. Only a real line
+    boundary can match: a record's JSON never holds an unescaped ``HHHHHHHH {`` that decodes.
+    """
+    found: list[tuple[Record, bytes]] = []
+    start = 0
+    brace = raw.find(b" {", 9)
+    while brace != -1:
+        line_start = brace - 8  # 8 hex digits, then " {"
+        damaged = line_start - 1  # where the newline was
+        if damaged > start and (record := decode_line(raw[start:damaged])) is not None:
+            found.append((record, raw[start:damaged] + b"\n"))
+            start = line_start
+        brace = raw.find(b" {", brace + 2)
+    if found and (record := decode_line(raw[start:])) is not None:
+        found.append((record, raw[start:] + b"\n"))
+    return found
+
+
+TAIL_CHECK_BYTES = 64  # bytes of the file's end a cached tail re-reads to prove it is current
 
 
 @dataclass
@@ -97,12 +129,51 @@ class _Tail:
     last_seq: int
     seqs: list[int]
     batch_ids: set[str]
+    end: bytes = b""  # the file's last bytes up to ``size``; they hold the last line's seq
+
+    def matches(self, fd: int, st: os.stat_result) -> bool:
+        """Still the file this was built from (inode numbers are reused after a rewrite)."""
+        if (self.dev, self.ino) != (st.st_dev, st.st_ino) or st.st_size < self.size:
+            return False
+        return not self.end or os.pread(fd, len(self.end), self.size - len(self.end)) == self.end
+
+    def advance(self, lines: list[tuple[Record, bytes]]) -> None:
+        for record, raw in lines:
+            self.size += len(raw)
+            self.last_seq = record["seq"]
+            if not record.get("mark"):
+                self.seqs.append(record["seq"])
+                self.batch_ids.add(record["batch_id"])
+        newest = b""
+        for _, raw in reversed(lines):
+            newest = raw + newest
+            if len(newest) >= TAIL_CHECK_BYTES:
+                break
+        else:
+            newest = self.end + newest
+        self.end = newest[-TAIL_CHECK_BYTES:]
 
 
 @dataclass(frozen=True)
 class Appended:
     duplicate: bool
     seq: int | None = None
+
+
+_APPEND_FLAGS = os.O_RDWR | os.O_APPEND
+
+
+def _open_for_append(path: Path) -> tuple[int, bool]:
+    """An append descriptor, and whether this call created the file (its dir needs an fsync)."""
+    try:
+        return os.open(path, _APPEND_FLAGS), False
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return os.open(path, _APPEND_FLAGS | os.O_CREAT | os.O_EXCL, 0o600), True
+    except FileExistsError:
+        return os.open(path, _APPEND_FLAGS), False
 
 
 class Outbox:
@@ -131,14 +202,16 @@ class Outbox:
         """
         path = self.layout.outbox(key)
         with file_lock(self.layout.outbox_lock(key)):
-            existed = path.exists()
-            if not existed:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            else:
-                self._recover_if_needed(key)
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            fd, created = _open_for_append(path)
             try:
-                tail = self._tail(key, fd)
+                tail = self._current_tail(key, fd)
+                if tail is None:  # the file was repaired: append to the new one
+                    os.close(fd)
+                    fd = -1
+                    fd, _ = _open_for_append(path)
+                    tail = self._current_tail(key, fd)
+                    if tail is None:
+                        raise StoreError("the outbox changed while it was being repaired")
                 batch_id = record["batch_id"]
                 if batch_id in tail.batch_ids or delivered_before(batch_id):
                     return Appended(duplicate=True)
@@ -153,15 +226,14 @@ class Outbox:
                             limit=max_pending,
                         )
                 seq = max(tail.last_seq + 1, floor + 1, time.time_ns() // 1000)
-                line = encode_line({**record, "seq": seq})
+                stored = {**record, "seq": seq}
+                line = encode_line(stored)
                 self._write_all(fd, line, tail.size)
-                tail.size += len(line)
-                tail.last_seq = seq
-                tail.seqs.append(seq)
-                tail.batch_ids.add(batch_id)
+                tail.advance([(stored, line)])
             finally:
-                os.close(fd)
-            if not existed:
+                if fd >= 0:
+                    os.close(fd)
+            if created:
                 fsync_dir(path.parent)
         return Appended(duplicate=False, seq=seq)
 
@@ -182,47 +254,26 @@ class Outbox:
                 pass
             raise StoreError(f"could not append to the outbox ({exc.strerror})") from None
 
-    def _tail(self, key: str, fd: int) -> _Tail:
+    def _current_tail(self, key: str, fd: int) -> _Tail | None:
+        """The tail of the file open at ``fd``, caught up; called under the outbox lock.
+
+        Bytes this process has not seen are parsed. If they end torn or hold a corrupt line (a
+        writer died, or the disk lied) the file is repaired and None returned: the caller
+        reopens it, so the next line is never glued onto a torn one.
+        """
         st = os.fstat(fd)
         tail = self._tails.get(key)
-        if tail is None or (tail.dev, tail.ino) != (st.st_dev, st.st_ino) or st.st_size < tail.size:
+        if tail is None or not tail.matches(fd, st):
             tail = _Tail(st.st_dev, st.st_ino, 0, 0, [], set())
-            self._tails[key] = tail
+            self._tails.pop(key, None)
         if st.st_size > tail.size:
             parsed = parse(os.pread(fd, st.st_size - tail.size, tail.size))
-            # _recover_if_needed ran under this lock, so the new bytes are whole, good lines.
-            for record, raw in parsed.lines:
-                tail.size += len(raw)
-                tail.last_seq = record["seq"]
-                if not record.get("mark"):
-                    tail.seqs.append(record["seq"])
-                    tail.batch_ids.add(record["batch_id"])
+            if parsed.corrupt or parsed.torn:
+                self._read_locked(key)  # quarantines and rewrites the file without them
+                return None
+            tail.advance(parsed.lines)
+        self._tails[key] = tail
         return tail
-
-    def _recover_if_needed(self, key: str) -> None:
-        """Quarantine a torn tail or corrupt lines; cheap when the file ends in a good line."""
-        path = self.layout.outbox(key)
-        tail = self._tails.get(key)
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            return
-        if tail is not None and (tail.dev, tail.ino, tail.size) == (
-            st.st_dev,
-            st.st_ino,
-            st.st_size,
-        ):
-            return
-        with open(path, "rb") as handle:
-            start = tail.size if tail and (tail.dev, tail.ino) == (st.st_dev, st.st_ino) else 0
-            start = min(start, st.st_size)
-            handle.seek(start)
-            fresh = handle.read()
-        if fresh.endswith(b"\n") or not fresh:
-            parsed = parse(fresh)
-            if not parsed.corrupt:
-                return
-        self._read_locked(key)  # rewrites the file without the bad lines
 
     # ---- reads and rewrites (delivery, sweep, status) ----------------------------------
 

@@ -1,0 +1,172 @@
+"""Settings and the API key are read live; a bad value is refused by name and takes its default."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from memhoncho import settings
+from memhoncho.context import Context
+
+SECRET = "sk-very-secret-value-0123456789"
+
+
+def _write_settings(config_dir: Path, values: dict[str, object]) -> None:
+    path = config_dir / settings.SETTINGS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(values), encoding="utf-8")
+
+
+def _write_secret(config_dir: Path, value: object) -> None:
+    (config_dir / settings.SECRETS_FILE).write_text(
+        json.dumps({settings.API_KEY_SECTION: value}), encoding="utf-8"
+    )
+
+
+def test_with_no_file_and_no_env_every_setting_has_its_documented_default(
+    config_dir: Path,
+) -> None:
+    current = settings.load(config_dir)
+    assert current.workspace_id == "memhoncho"
+    assert current.agent_peer_id == "agent"
+    assert current.context_tokens == 1200
+    assert current.max_message_length == 25_000
+    assert current.search_limit == 8
+    assert current.tool_preview_length == 500
+    assert current.representation_ttl_s == 600
+    assert current.outbox_retention_days == 30
+    assert current.delivered_batch_window == 200
+    assert current.anchor_window == 1000
+    assert current.partitions == 8
+    assert current.broker_url is None
+    assert current.max_batch_bytes == 1024 * 1024
+    assert current.max_pending_batches == 10_000
+
+
+def test_a_changed_settings_file_applies_at_the_next_call_without_restart(
+    config_dir: Path,
+) -> None:
+    context = Context.from_dirs(config_dir, config_dir / "data")
+    assert context.settings().search_limit == 8
+    _write_settings(config_dir, {"search_limit": 3})
+    assert context.settings().search_limit == 3
+    _write_settings(config_dir, {"search_limit": 5})
+    assert context.settings().search_limit == 5
+    (config_dir / settings.SETTINGS_FILE).unlink()
+    assert context.settings().search_limit == 8
+
+
+def test_an_invalid_value_is_refused_by_key_name_with_a_warning_and_takes_its_default(
+    config_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _write_settings(
+        config_dir,
+        {
+            "search_limit": 0,
+            "partitions": "many",
+            "context_tokens": 900,
+            "workspace_id": SECRET + "/",
+        },
+    )
+    with caplog.at_level(logging.WARNING, logger="memhoncho.settings"):
+        current = settings.load(config_dir)
+    assert current.search_limit == 8
+    assert current.partitions == 8
+    assert current.workspace_id == "memhoncho"
+    assert current.context_tokens == 900  # the valid key still applies
+    warned = " ".join(record.getMessage() for record in caplog.records)
+    for name in ("search_limit", "partitions", "workspace_id"):
+        assert name in warned
+    assert "context_tokens" not in warned
+    assert SECRET not in caplog.text
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", '"text"', ""])
+def test_a_settings_file_that_is_not_a_json_object_gives_defaults_with_a_warning(
+    config_dir: Path, caplog: pytest.LogCaptureFixture, content: str
+) -> None:
+    path = config_dir / settings.SETTINGS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content, encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="memhoncho.settings"):
+        assert settings.load(config_dir) == settings.DEFAULTS
+    assert caplog.records
+
+
+def test_unknown_keys_are_ignored(config_dir: Path) -> None:
+    _write_settings(config_dir, {"no_such_setting": 1, "search_limit": 4})
+    assert settings.load(config_dir).search_limit == 4
+
+
+def test_an_environment_variable_overrides_the_file(
+    config_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_settings(config_dir, {"search_limit": 3, "partitions": 4})
+    monkeypatch.setenv("MEMHONCHO_SEARCH_LIMIT", "12")
+    current = settings.load(config_dir)
+    assert current.search_limit == 12
+    assert current.partitions == 4
+
+
+def test_an_invalid_environment_value_is_refused_by_name_and_takes_the_default(
+    config_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("MEMHONCHO_PARTITIONS", "0")
+    with caplog.at_level(logging.WARNING, logger="memhoncho.settings"):
+        assert settings.load(config_dir).partitions == 8
+    assert "partitions" in caplog.text
+
+
+def test_the_stored_secret_comes_first_then_the_environment(
+    config_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert settings.api_key(config_dir) is None
+    monkeypatch.setenv("MEMHONCHO_API_KEY", "from-env")
+    assert settings.api_key(config_dir) == "from-env"
+    _write_secret(config_dir, "from-file")
+    assert settings.api_key(config_dir) == "from-file"
+    _write_secret(config_dir, {"value": "from-section"})
+    assert settings.api_key(config_dir) == "from-section"
+
+
+@pytest.mark.parametrize("stored", ["", "   ", 42, None, {"value": ""}, ["x"]])
+def test_an_unusable_stored_secret_falls_back_to_the_environment(
+    config_dir: Path, monkeypatch: pytest.MonkeyPatch, stored: object
+) -> None:
+    _write_secret(config_dir, stored)
+    monkeypatch.setenv("MEMHONCHO_API_KEY", "from-env")
+    assert settings.api_key(config_dir) == "from-env"
+
+
+def test_a_key_written_after_start_applies_at_the_next_call(config_dir: Path) -> None:
+    context = Context.from_dirs(config_dir, config_dir / "data")
+    assert context.api_key() is None
+    _write_secret(config_dir, SECRET)
+    assert context.api_key() == SECRET
+    _write_secret(config_dir, "rotated")
+    assert context.api_key() == "rotated"
+    (config_dir / settings.SECRETS_FILE).unlink()
+    assert context.api_key() is None
+
+
+def test_a_corrupt_secrets_file_warns_without_showing_its_content(
+    config_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (config_dir / settings.SECRETS_FILE).write_text('{"api-key": "' + SECRET, encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="memhoncho.settings"):
+        assert settings.api_key(config_dir) is None
+    assert caplog.records
+    assert SECRET not in caplog.text
+
+
+def test_dirs_come_from_the_environment_when_not_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMHONCHO_CONFIG_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("MEMHONCHO_DATA_DIR", str(tmp_path / "d"))
+    assert settings.config_dir() == tmp_path / "c"
+    assert settings.data_dir() == tmp_path / "d"
+    assert settings.config_dir(tmp_path / "x") == tmp_path / "x"
