@@ -40,11 +40,11 @@ def split_text(text: str, limit: int) -> list[str]:
     return [part for part in parts if part.strip()]
 
 
-def _check_unicode(text: str) -> None:
+def _check_unicode(text: str, what: str = "a text") -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidEvent("a text is not valid Unicode (lone surrogate)") from None
+        raise InvalidEvent(f"{what} is not valid Unicode (lone surrogate)") from None
 
 
 def build_messages(event: RunEvent, *, max_message_length: int) -> list[dict[str, Any]]:
@@ -74,6 +74,9 @@ def build_record(
     event: RunEvent, *, user_peer_id: str, max_message_length: int, captured_at: float
 ) -> dict[str, Any] | None:
     """The outbox record of the run (``seq`` is added by the outbox); None when it is empty."""
+    for name, value in (("run id", event.run_id), ("owner", event.owner)):
+        if value is not None:
+            _check_unicode(value, name)
     messages = build_messages(event, max_message_length=max_message_length)
     if not messages:
         return None

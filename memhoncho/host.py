@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 BROKER_BACKOFF_S = 5.0  # after a failed publish, skip publishing this long (no retry loop)
 DELIVER_TASK = "memhoncho.deliver"
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")  # echoed in InvalidEvent; else "?"
 
 
 class Host:
@@ -159,6 +161,13 @@ class Host:
         self.close()
 
 
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """Where the run is malformed; a key that does not look like a field name is not echoed."""
+    return ".".join(
+        str(part) if isinstance(part, int) or _FIELD_NAME.fullmatch(part) else "?" for part in loc
+    )
+
+
 def _validate(event: Mapping[str, Any] | RunEvent) -> RunEvent:
     if isinstance(event, RunEvent):
         run = event
@@ -166,7 +175,7 @@ def _validate(event: Mapping[str, Any] | RunEvent) -> RunEvent:
         try:
             run = RunEvent.model_validate(dict(event))
         except ValidationError as exc:
-            fields = sorted({".".join(str(p) for p in err["loc"]) for err in exc.errors()})
+            fields = sorted({_field_path(err["loc"]) for err in exc.errors()})
             raise InvalidEvent(
                 f"the run is malformed at: {', '.join(fields[:10])}", fields=fields[:10]
             ) from None
