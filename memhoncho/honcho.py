@@ -49,6 +49,7 @@ __all__ = [
     "representation",
     "search_user_messages",
     "session_context",
+    "session_peer_ids",
     "set_session_metadata",
     "write_client",
 ]
@@ -279,12 +280,19 @@ def search_user_messages(
     return [
         {
             "content": m.content,
+            "peer_id": m.peer_id,
             "session_id": m.session_id,
             "created_at": m.created_at,
             "metadata": dict(m.metadata),
         }
         for m in found
     ]
+
+
+def session_peer_ids(client: Honcho, session_id: str) -> list[str]:
+    """The ids of the session's members (HonchoRejected 404 when there is no such session)."""
+    with _translated():
+        return [p.id for p in Session(session_id, client).peers()]
 
 
 def chat(

@@ -18,7 +18,8 @@ from typing import Any
 from celery import Celery
 from pydantic import ValidationError
 
-from memhoncho import ids
+from memhoncho import ids, recall
+from memhoncho import tools as recall_tools
 from memhoncho.capture import build_record, is_selected
 from memhoncho.context import Context
 from memhoncho.errors import CaptureTooLarge, CorruptFile, InvalidEvent
@@ -139,6 +140,28 @@ class Host:
             with self._idle:
                 self._in_flight -= 1
                 self._idle.notify_all()
+
+    # ---- recall tools -------------------------------------------------------------------
+
+    def tool_definitions(self) -> list[dict[str, Any]]:
+        """The recall tools' schemas, in the function-calling format model APIs accept."""
+        return recall_tools.tool_definitions()
+
+    def tools(self, owner: str | None, *, via: str = "process") -> recall_tools.UserTools:
+        """The recall tools bound to ``owner``: the model never picks whose memory it reads."""
+        return recall_tools.UserTools(
+            lambda name, arguments: self.call_tool(name, arguments, owner=owner, via=via)
+        )
+
+    def call_tool(
+        self, name: str, arguments: Any, *, owner: str | None, via: str = "process"
+    ) -> dict[str, Any]:
+        """Run a model's tool call for ``owner``, here (``process``) or on a recall worker."""
+        if via == "celery":
+            return recall.call_via_celery(self.celery(), self.context, name, arguments, owner)
+        if via != "process":
+            raise ValueError(f"via must be 'process' or 'celery', not {via!r}")
+        return recall_tools.call_tool(self.context, name, arguments, owner)
 
     # ---- shutdown -----------------------------------------------------------------------
 

@@ -380,7 +380,7 @@ def test_search_user_messages_returns_only_the_users_messages_as_dicts(
     )
     found = adapter.search_user_messages(adapter.read_client(target), "ana", "FIGS", limit=500)
     assert [(m["content"], m["session_id"]) for m in found] == [("I love figs", "s1")]
-    assert set(found[0]) == {"content", "session_id", "created_at", "metadata"}
+    assert set(found[0]) == {"content", "peer_id", "session_id", "created_at", "metadata"}
 
 
 def test_chat_without_an_llm_is_honcho_no_llm(target: HonchoTarget) -> None:

@@ -1,0 +1,532 @@
+"""The recall tools a model calls: search the user's own words, ask about the user, remember.
+
+Each tool is a plain service function taking ``(context, owner, arguments)``. The owner (the
+calling user) always comes from the host, never from the model's arguments, so one user can
+never reach another's memory. Arguments are strict pydantic models, and the same models
+generate the JSON schemas handed to the model. Results are plain JSON-able dicts; failures
+are typed memhoncho errors whose messages name memhoncho and never the API key.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from memhoncho import honcho, ids
+from memhoncho.capture import OUTBOX_ID_KEY
+from memhoncho.context import Context
+from memhoncho.errors import (
+    CorruptFile,
+    HonchoFailure,
+    HonchoRejected,
+    InvalidId,
+    InvalidToolCall,
+    MemhonchoError,
+    all_error_classes,
+)
+from memhoncho.honcho import ReasoningLevel
+from memhoncho.settings import Settings
+from memhoncho.store.ledger import read_ledger
+
+log = logging.getLogger(__name__)
+
+SEARCH = "honcho_search"
+CHAT = "honcho_chat"
+REMEMBER = "honcho_remember"
+
+MAX_SEARCH_QUERY_CHARS = 2_000  # a search query is a few words; longer is a mistake
+MAX_CHAT_QUERY_CHARS = 10_000  # Honcho answers 422 past this (HONCHO.md, "Limits")
+MAX_CONCLUSION_CHARS = 65_535  # Honcho answers 422 past this (HONCHO.md, "Limits")
+MAX_ARGUMENT_ERRORS = 10  # argument problems named in one InvalidToolCall
+MAX_NAME_ECHO_CHARS = 64  # characters of an unknown tool name echoed back
+TRUNCATION_MARK = "…"
+NOT_BLANK = r"\S"  # JSON-schema and pydantic pattern: at least one non-whitespace character
+#: A key the model sent that looks like a field name is echoed in errors; anything else is "?".
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+
+
+# ------------------------------------------------------------------------------ arguments
+
+
+class _Arguments(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class SearchArguments(_Arguments):
+    """Search the user's own past messages, across all of their conversations."""
+
+    query: str = Field(
+        min_length=1,
+        max_length=MAX_SEARCH_QUERY_CHARS,
+        pattern=NOT_BLANK,
+        description="Words to look for in what the user has written before.",
+    )
+
+
+class ChatArguments(_Arguments):
+    """Ask memory a question about the user."""
+
+    query: str = Field(
+        min_length=1,
+        max_length=MAX_CHAT_QUERY_CHARS,
+        pattern=NOT_BLANK,
+        description="A natural-language question about the user.",
+    )
+    reasoning_level: ReasoningLevel | None = Field(
+        None,
+        description=(
+            "How hard memory should think: minimal and low are fast, high and max are "
+            "thorough and slow. Omit for the default."
+        ),
+    )
+
+
+class RememberArguments(_Arguments):
+    """Write down something learned about the user."""
+
+    content: str = Field(
+        min_length=1,
+        max_length=MAX_CONCLUSION_CHARS,
+        pattern=NOT_BLANK,
+        description="One self-contained fact or conclusion about the user, in plain words.",
+    )
+    conversation_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=ids.MAX_INPUT_LEN,
+        description=(
+            "The conversation this was learned in, to tie it to that conversation as well. "
+            "Omit to remember it about the user in general."
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------- tools
+
+
+def honcho_search(context: Context, owner: str | None, arguments: Any) -> dict[str, Any]:
+    """The calling user's own messages matching the query, newest first, trimmed."""
+    args = _validate(SEARCH, SearchArguments, arguments)
+    current = context.settings()
+    user = ids.peer_id(owner)
+    client = honcho.read_client(context.honcho_target(), timeout_s=current.tool_timeout_s)
+    found = honcho.search_user_messages(client, user, args.query, limit=current.search_limit)
+    conversations = _ConversationNames(context, current.workspace_id)
+    results: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for message in found:
+        if message.get("peer_id") not in (None, user):
+            continue  # author-scoped by Honcho already; never trust that alone
+        outbox_id = message.get("metadata", {}).get(OUTBOX_ID_KEY)
+        if isinstance(outbox_id, str):
+            if outbox_id in seen:
+                continue  # the same words, copied into a forked conversation
+            seen.add(outbox_id)
+        text, truncated = _preview(message.get("content") or "", current.tool_preview_length)
+        results.append(
+            {
+                "text": text,
+                "truncated": truncated,
+                "conversation_id": conversations.of(message.get("session_id")),
+                "created_at": _iso(message.get("created_at")),
+            }
+        )
+    return {
+        "results": results,
+        "count": len(results),
+        "about": "The user's own past messages (their words, not the agent's replies).",
+    }
+
+
+def honcho_chat(context: Context, owner: str | None, arguments: Any) -> dict[str, Any]:
+    """Honcho's dialectic answer about the calling user, from everything the agent knows."""
+    args = _validate(CHAT, ChatArguments, arguments)
+    current = context.settings()
+    client = honcho.read_client(context.honcho_target(), timeout_s=current.chat_timeout_s)
+    answer = honcho.chat(
+        client,
+        current.agent_peer_id,
+        ids.peer_id(owner),
+        args.query,
+        reasoning_level=args.reasoning_level,
+        timeout=current.chat_timeout_s,
+    )
+    return {"answer": answer, "reasoning_level": args.reasoning_level}
+
+
+def honcho_remember(context: Context, owner: str | None, arguments: Any) -> dict[str, Any]:
+    """A conclusion of the agent about the calling user, tied to a conversation when given."""
+    args = _validate(REMEMBER, RememberArguments, arguments)
+    current = context.settings()
+    user = ids.peer_id(owner)
+    client = honcho.write_client(context.honcho_target(timeout_s=current.tool_timeout_s))
+    session_id = None
+    note = None
+    if args.conversation_id is not None:
+        session_id = _owned_session(context, current, client, user, args.conversation_id)
+        if session_id is None:
+            note = (
+                "conversation_id is not one of this user's conversations in memory yet, "
+                "so this was remembered about the user in general"
+            )
+    created = honcho.create_conclusion(
+        client, current.agent_peer_id, user, args.content, session_id=session_id
+    )
+    result: dict[str, Any] = {
+        "remembered": True,
+        "scope": "conversation" if session_id is not None else "user",
+        "conversation_id": args.conversation_id if session_id is not None else None,
+        "conclusion_id": created.get("id"),
+    }
+    if note is not None:
+        result["note"] = note
+    return result
+
+
+# ------------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One recall tool: its name, what the model is told, its arguments and how long it may take."""
+
+    name: str
+    description: str
+    arguments: type[_Arguments]
+    run: Callable[[Context, str | None, Any], dict[str, Any]]
+    timeout_s: Callable[[Settings], float]
+
+
+TOOLS: dict[str, Tool] = {
+    tool.name: tool
+    for tool in (
+        Tool(
+            SEARCH,
+            "Search the user's own past messages across all of their conversations. Returns "
+            "the user's words only, never the agent's replies, each with its conversation id "
+            "and time, newest first, long messages trimmed.",
+            SearchArguments,
+            honcho_search,
+            lambda s: s.tool_timeout_s,
+        ),
+        Tool(
+            CHAT,
+            "Ask long-term memory a question about the user (preferences, history, goals). "
+            "Memory reasons over everything learned about the user across conversations and "
+            "answers in prose. Can take tens of seconds.",
+            ChatArguments,
+            honcho_chat,
+            lambda s: s.chat_timeout_s,
+        ),
+        Tool(
+            REMEMBER,
+            "Remember a fact or conclusion about the user for future conversations. Give a "
+            "conversation_id to also tie it to that conversation; without one it is "
+            "remembered about the user in general. The result says which.",
+            RememberArguments,
+            honcho_remember,
+            lambda s: s.tool_timeout_s,
+        ),
+    )
+}
+
+
+def tool_definitions() -> list[dict[str, Any]]:
+    """The three tools in the function-calling format model APIs accept."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": parameters_schema(tool.arguments),
+            },
+        }
+        for tool in TOOLS.values()
+    ]
+
+
+def parameters_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema, self-contained (no ``$ref``) and without pydantic's titles."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+    inlined = _inline(schema, definitions)
+    inlined.pop("description", None)  # the tool's own description says it
+    inlined["additionalProperties"] = False
+    return inlined
+
+
+def _inline(node: Any, definitions: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_inline(item, definitions) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        name = str(node["$ref"]).rsplit("/", 1)[-1]
+        merged = {**definitions[name], **{k: v for k, v in node.items() if k != "$ref"}}
+        return _inline(merged, definitions)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "title":
+            continue
+        if key == "properties" and isinstance(value, dict):
+            out[key] = {name: _inline(prop, definitions) for name, prop in value.items()}
+        else:
+            out[key] = _inline(value, definitions)
+    return out
+
+
+def lookup(name: object) -> Tool:
+    """The tool called ``name``; InvalidToolCall for anything else."""
+    tool = TOOLS.get(name) if isinstance(name, str) else None
+    if tool is None:
+        shown = name[:MAX_NAME_ECHO_CHARS] if isinstance(name, str) else type(name).__name__
+        raise InvalidToolCall(
+            f"memhoncho has no tool {shown!r}; its tools are {', '.join(TOOLS)}",
+            tool=shown,
+        )
+    return tool
+
+
+def check_call(name: object, arguments: Any) -> tuple[Tool, dict[str, Any]]:
+    """The tool and its validated arguments as JSON; InvalidToolCall before anything is sent."""
+    tool = lookup(name)
+    valid = _validate(tool.name, tool.arguments, arguments)
+    return tool, valid.model_dump(mode="json", exclude_none=True)
+
+
+def call_tool(context: Context, name: object, arguments: Any, owner: str | None) -> dict[str, Any]:
+    """Run one tool for ``owner``; typed memhoncho errors naming memhoncho and the tool."""
+    tool = lookup(name)
+    try:
+        ids.peer_id(owner)
+        result = tool.run(context, owner, arguments)
+    except MemhonchoError as exc:
+        log.info(
+            "recall tool failed",
+            extra={"action": "recall_failed", "tool": tool.name, "code": exc.code},
+        )
+        raise _named(exc, tool.name) from None
+    log.info("recall tool answered", extra={"action": "recall_answered", "tool": tool.name})
+    return result
+
+
+def outcome(context: Context, name: object, arguments: Any, owner: str | None) -> dict[str, Any]:
+    """``call_tool`` as a JSON-able outcome for the Celery result backend, never raising."""
+    try:
+        return {"ok": True, "result": call_tool(context, name, arguments, owner)}
+    except MemhonchoError as exc:
+        return {"ok": False, "error": error_payload(exc)}
+    except Exception as exc:  # a bug must still answer the waiting host, not hang it
+        log.exception(
+            "recall tool crashed", extra={"action": "recall_crashed", "error": type(exc).__name__}
+        )
+        failure = MemhonchoError(f"memhoncho's recall tool failed ({type(exc).__name__})")
+        return {"ok": False, "error": error_payload(failure)}
+
+
+class UserTools(Mapping[str, Callable[..., dict[str, Any]]]):
+    """The recall tools bound to one user by the host; the model never chooses whose memory.
+
+    Call them as methods (``tools.honcho_search("knee")``), by name (``tools["honcho_chat"]``)
+    or as the model's call (``tools.call(name, arguments)``).
+    """
+
+    def __init__(self, call: Callable[[str, Any], dict[str, Any]]) -> None:
+        self._call = call
+
+    def honcho_search(self, query: str) -> dict[str, Any]:
+        return self._call(SEARCH, {"query": query})
+
+    def honcho_chat(self, query: str, reasoning_level: str | None = None) -> dict[str, Any]:
+        arguments: dict[str, Any] = {"query": query}
+        if reasoning_level is not None:
+            arguments["reasoning_level"] = reasoning_level
+        return self._call(CHAT, arguments)
+
+    def honcho_remember(self, content: str, conversation_id: str | None = None) -> dict[str, Any]:
+        arguments: dict[str, Any] = {"content": content}
+        if conversation_id is not None:
+            arguments["conversation_id"] = conversation_id
+        return self._call(REMEMBER, arguments)
+
+    def call(self, name: str, arguments: Any) -> dict[str, Any]:
+        """A model's tool call, as it came (arguments as a dict or a JSON string)."""
+        return self._call(name, arguments)
+
+    def definitions(self) -> list[dict[str, Any]]:
+        return tool_definitions()
+
+    def __getitem__(self, name: str) -> Callable[..., dict[str, Any]]:
+        lookup(name)
+        method: Callable[..., dict[str, Any]] = getattr(self, name)
+        return method
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(TOOLS)
+
+    def __len__(self) -> int:
+        return len(TOOLS)
+
+
+def error_payload(exc: MemhonchoError) -> dict[str, Any]:
+    """A memhoncho error as JSON: code, message, details and (if any) retry_after_s."""
+    payload = _jsonable(exc.as_dict())
+    retry_after = getattr(exc, "retry_after_s", None)
+    if retry_after is not None:
+        payload["retry_after_s"] = retry_after
+    return dict(payload)
+
+
+def error_from_payload(payload: Mapping[str, Any]) -> MemhonchoError:
+    """The typed error an ``error_payload`` describes (the host's side of the Celery path)."""
+    details = {k: v for k, v in payload.items() if k not in ("code", "message")}
+    classes = {cls.code: cls for cls in all_error_classes()}
+    cls = classes.get(str(payload.get("code")), MemhonchoError)
+    message = str(payload.get("message") or "") or None
+    if issubclass(cls, HonchoFailure):
+        status = details.pop("status", None)
+        retry_after = details.pop("retry_after_s", None)
+        return cls(message, status=status, retry_after_s=retry_after, **details)
+    return cls(message, **details)
+
+
+# -------------------------------------------------------------------------------- helpers
+
+
+def _validate(tool: str, model: type[_Arguments], arguments: Any) -> Any:
+    if isinstance(arguments, model):
+        return arguments
+    if isinstance(arguments, str | bytes):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except ValueError:
+            raise InvalidToolCall(f"memhoncho {tool}: arguments are not valid JSON") from None
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, Mapping):
+        raise InvalidToolCall(f"memhoncho {tool}: arguments must be a JSON object")
+    try:
+        return model.model_validate(dict(arguments))
+    except ValidationError as exc:
+        problems = [_problem(err) for err in exc.errors(include_input=False, include_url=False)]
+        problems = problems[:MAX_ARGUMENT_ERRORS]
+        raise InvalidToolCall(
+            f"memhoncho {tool}: invalid arguments: {'; '.join(problems)}", problems=problems
+        ) from None
+
+
+def _problem(err: Any) -> str:
+    where = ".".join(
+        str(part) if isinstance(part, int) or _FIELD_NAME.fullmatch(str(part)) else "?"
+        for part in err.get("loc", ())
+    )
+    kind = err.get("type", "")
+    if kind == "string_pattern_mismatch":
+        message = "must not be blank"
+    elif kind == "extra_forbidden":
+        message = "is not an argument of this tool"
+    elif kind == "missing":
+        message = "is required"
+    else:
+        message = str(err.get("msg", "is invalid"))
+    return f"{where or 'arguments'} {message}"
+
+
+def _owned_session(
+    context: Context, current: Settings, client: Any, user: str, conversation_id: str
+) -> str | None:
+    """The conversation's Honcho session if it exists and the user is in it; else None.
+
+    The ledger knows a forked conversation's (random) session id; membership is asked of
+    Honcho, so a conversation id of another user's conversation is treated as unknown.
+    """
+    try:
+        key = ids.conversation_key(conversation_id)
+    except InvalidId as exc:
+        raise InvalidToolCall(f"memhoncho {REMEMBER}: conversation_id: {exc.message}") from None
+    session_id = ids.session_id(current.workspace_id, conversation_id)
+    try:
+        ledger = read_ledger(context.layout, key)
+    except CorruptFile:
+        ledger = None
+    if ledger is not None and ledger.session_id:
+        session_id = ledger.session_id
+    try:
+        members = honcho.session_peer_ids(client, session_id)
+    except HonchoRejected as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return session_id if user in members else None
+
+
+class _ConversationNames:
+    """Honcho session id -> conversation id: from the session id itself, else the ledgers."""
+
+    def __init__(self, context: Context, workspace_id: str) -> None:
+        self.context = context
+        self.prefix = ids.session_id(workspace_id, "x")[:-1]  # "mh<tag>_"
+        self._from_ledgers: dict[str, str] | None = None
+
+    def of(self, session_id: object) -> str | None:
+        if not isinstance(session_id, str):
+            return None
+        if session_id.startswith(self.prefix):
+            decoded = ids.decode(session_id[len(self.prefix) :])
+            if decoded is not None:
+                return decoded
+        if self._from_ledgers is None:
+            self._from_ledgers = dict(self._scan())
+        return self._from_ledgers.get(session_id)
+
+    def _scan(self) -> Iterator[tuple[str, str]]:
+        layout = self.context.layout
+        try:
+            files = sorted(layout.ledger_dir.glob("*.json"))
+        except OSError:
+            return
+        for path in files:
+            try:
+                ledger = read_ledger(layout, path.name[: -len(".json")])
+            except (CorruptFile, OSError):
+                continue
+            if ledger is not None and ledger.session_id:
+                yield ledger.session_id, ledger.conversation_id
+
+
+def _preview(text: str, limit: int) -> tuple[str, bool]:
+    if len(text) <= limit:
+        return text, False
+    return text[: limit - len(TRUNCATION_MARK)] + TRUNCATION_MARK, True
+
+
+def _iso(value: object) -> str | None:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value) if value is not None else None
+
+
+def _named(exc: MemhonchoError, tool: str) -> MemhonchoError:
+    """The same error, its message saying it came from memhoncho's tool (the model reads it)."""
+    if not exc.message.startswith("memhoncho"):
+        exc.message = f"memhoncho {tool}: {exc.message}"
+        exc.args = (exc.message,)
+    return exc
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)

@@ -1,0 +1,500 @@
+"""Recall tools in process: author scoping, remember's scope, validation, failures, schemas."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema.validators import Draft202012Validator
+
+from memhoncho import honcho, ids, tools
+from memhoncho.context import Context
+from memhoncho.errors import (
+    HonchoNoLLM,
+    HonchoRateLimited,
+    HonchoTimeout,
+    HonchoUnavailable,
+    InvalidToolCall,
+    MemhonchoError,
+    MissingApiKey,
+)
+from memhoncho.host import Host
+from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.seed import seed_conversation
+
+SECRET_KEY = "sk-memhoncho-tools-SECRET-5a4b3c"
+ANA = "ana@example.com"
+BOB = "bob@example.com"
+FAST_TIMEOUT_S = 0.4  # seconds: the tools' timeout in the timeout tests
+FAULT_SLEEP_S = 1.2  # seconds a timeout fault holds a request: past FAST_TIMEOUT_S
+
+
+def write_settings(config_dir: Path, **values: Any) -> None:
+    (config_dir / "settings").mkdir(parents=True, exist_ok=True)
+    (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(values))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_clients() -> Iterator[None]:
+    honcho.close_clients()
+    yield
+    honcho.close_clients()
+
+
+@pytest.fixture
+def standin() -> Iterator[HonchoStandIn]:
+    with HonchoStandIn(llm=True, api_key=SECRET_KEY) as running:
+        yield running
+
+
+@pytest.fixture
+def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dict[str, Any]:
+    values: dict[str, Any] = {"base_url": standin.url, "workspace_id": workspace_id}
+    write_settings(config_dir, **values)
+    (config_dir / "secrets.json").write_text(json.dumps({"api-key": SECRET_KEY}))
+    return values
+
+
+@pytest.fixture
+def context(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Context:
+    return Context(config_dir, data_dir)
+
+
+@pytest.fixture
+def host(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Iterator[Host]:
+    with Host(config_dir, data_dir) as running:
+        yield running
+
+
+def assert_names_memhoncho_not_the_key(exc: MemhonchoError) -> None:
+    assert exc.message.startswith("memhoncho")
+    shown = str(exc) + json.dumps(tools.error_payload(exc))
+    assert SECRET_KEY not in shown
+
+
+# ------------------------------------------------------------------------------- search
+
+
+def test_search_returns_only_the_calling_users_words_even_when_others_said_the_same(
+    context: Context,
+) -> None:
+    seed_conversation(context, "ana-run", ANA, ["my marathon knee hurts"], ["marathon knee: rest"])
+    seed_conversation(context, "bob-run", BOB, ["bob's marathon knee is fine"])
+
+    found = tools.honcho_search(context, ANA, {"query": "marathon knee"})
+
+    assert [r["text"] for r in found["results"]] == ["my marathon knee hurts"]
+    assert found["results"][0]["conversation_id"] == "ana-run"
+    assert found["results"][0]["created_at"]
+    assert found["count"] == 1
+    bob = tools.honcho_search(context, BOB, {"query": "marathon knee"})
+    assert [r["text"] for r in bob["results"]] == ["bob's marathon knee is fine"]
+    json.dumps(found)  # plain JSON
+
+
+def test_search_finds_the_users_words_across_every_conversation(context: Context) -> None:
+    seed_conversation(context, "run-1", ANA, ["training for a marathon"])
+    seed_conversation(context, "run-2", ANA, ["the marathon is in April"])
+
+    found = tools.honcho_search(context, ANA, {"query": "marathon"})
+
+    assert {r["conversation_id"] for r in found["results"]} == {"run-1", "run-2"}
+
+
+def test_search_names_a_forked_conversation_through_its_ledger(context: Context) -> None:
+    seed_conversation(context, "child.conv", ANA, ["fork words"], session_id="clone_random_id")
+
+    found = tools.honcho_search(context, ANA, {"query": "fork"})
+
+    assert found["results"][0]["conversation_id"] == "child.conv"
+
+
+def test_search_trims_each_result_and_returns_at_most_the_search_limit(
+    context: Context, config_dir: Path, settings: dict[str, Any]
+) -> None:
+    write_settings(config_dir, **settings, search_limit=2, tool_preview_length=20)
+    seed_conversation(context, "long", ANA, [f"needle {i} " + "x" * 100 for i in range(4)])
+
+    found = tools.honcho_search(context, ANA, {"query": "needle"})
+
+    assert found["count"] == 2
+    for result in found["results"]:
+        assert len(result["text"]) == 20
+        assert result["text"].endswith(tools.TRUNCATION_MARK)
+        assert result["truncated"] is True
+
+
+def test_search_for_an_ownerless_conversation_uses_the_default_user(context: Context) -> None:
+    seed_conversation(context, "nobody", None, ["ownerless words"])
+
+    found = tools.honcho_search(context, None, {"query": "ownerless"})
+
+    assert [r["text"] for r in found["results"]] == ["ownerless words"]
+
+
+# --------------------------------------------------------------------------------- chat
+
+
+def test_chat_answers_from_the_agents_view_of_the_calling_user_only(context: Context) -> None:
+    tools.honcho_remember(context, ANA, {"content": "Ana runs marathons."})
+    tools.honcho_remember(context, BOB, {"content": "Bob keeps bees."})
+
+    answer = tools.honcho_chat(
+        context, ANA, {"query": "What does the user do?", "reasoning_level": "low"}
+    )
+
+    assert "Ana runs marathons." in answer["answer"]
+    assert "bees" not in answer["answer"]
+    assert answer["reasoning_level"] == "low"
+
+
+@pytest.mark.parametrize("level", ["minimal", "low", "medium", "high", "max"])
+def test_chat_accepts_each_of_honchos_reasoning_levels(context: Context, level: str) -> None:
+    assert tools.honcho_chat(context, ANA, {"query": "hi", "reasoning_level": level})["answer"]
+
+
+def test_chat_on_a_server_without_an_llm_is_a_typed_error(
+    context: Context, standin: HonchoStandIn
+) -> None:
+    standin.llm = False
+
+    with pytest.raises(HonchoNoLLM) as caught:
+        tools.call_tool(context, tools.CHAT, {"query": "anything?"}, ANA)
+
+    assert_names_memhoncho_not_the_key(caught.value)
+
+
+def test_chat_with_an_empty_answer_is_a_typed_error(
+    context: Context, standin: HonchoStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a streaming chat gives on a server without an LLM: 200 and nothing in it.
+    monkeypatch.setattr(standin._store, "chat_answer", lambda *args: "")
+
+    with pytest.raises(HonchoNoLLM) as caught:
+        tools.call_tool(context, tools.CHAT, {"query": "anything?"}, ANA)
+
+    assert_names_memhoncho_not_the_key(caught.value)
+
+
+# ----------------------------------------------------------------------------- remember
+
+
+def test_remember_without_a_conversation_is_user_level(
+    context: Context, standin: HonchoStandIn, workspace_id: str
+) -> None:
+    result = tools.honcho_remember(context, ANA, {"content": "Ana prefers mornings."})
+
+    assert result["scope"] == "user"
+    assert result["conversation_id"] is None
+    (stored,) = standin.conclusions(workspace_id)
+    assert stored["session_id"] is None
+    assert stored["observer_id"] == "agent"
+    assert stored["observed_id"] == ids.peer_id(ANA)
+    assert stored["id"] == result["conclusion_id"]
+
+
+def test_remember_with_a_conversation_is_stamped_with_its_session(
+    context: Context, standin: HonchoStandIn, workspace_id: str
+) -> None:
+    session_id = seed_conversation(context, "ana-run", ANA, ["hello"])
+
+    result = tools.honcho_remember(
+        context, ANA, {"content": "Ana's knee hurts.", "conversation_id": "ana-run"}
+    )
+
+    assert result["scope"] == "conversation"
+    assert result["conversation_id"] == "ana-run"
+    (stored,) = standin.conclusions(workspace_id)
+    assert stored["session_id"] == session_id == ids.session_id(workspace_id, "ana-run")
+
+
+def test_remember_in_a_forked_conversation_uses_the_session_its_ledger_names(
+    context: Context, standin: HonchoStandIn, workspace_id: str
+) -> None:
+    seed_conversation(context, "child", ANA, ["hello"], session_id="clone_abc")
+
+    result = tools.honcho_remember(context, ANA, {"content": "x", "conversation_id": "child"})
+
+    assert result["scope"] == "conversation"
+    assert standin.conclusions(workspace_id)[0]["session_id"] == "clone_abc"
+
+
+@pytest.mark.parametrize("conversation", ["bob-run", "never-seen"])
+def test_remember_with_someone_elses_or_an_unknown_conversation_stays_user_level(
+    context: Context, standin: HonchoStandIn, workspace_id: str, conversation: str
+) -> None:
+    seed_conversation(context, "bob-run", BOB, ["bob's words"])
+
+    result = tools.honcho_remember(
+        context, ANA, {"content": "Ana likes tea.", "conversation_id": conversation}
+    )
+
+    assert result["scope"] == "user"
+    assert result["conversation_id"] is None
+    assert "in general" in result["note"]
+    assert BOB not in json.dumps(result)
+    (stored,) = standin.conclusions(workspace_id)
+    assert stored["session_id"] is None
+    assert stored["observed_id"] == ids.peer_id(ANA)
+
+
+def test_remember_on_a_server_without_embeddings_is_a_typed_error(
+    context: Context, standin: HonchoStandIn
+) -> None:
+    standin.embeddings = False
+
+    with pytest.raises(HonchoNoLLM) as caught:
+        tools.call_tool(context, tools.REMEMBER, {"content": "x"}, ANA)
+
+    assert_names_memhoncho_not_the_key(caught.value)
+
+
+# --------------------------------------------------------------------------- validation
+
+BAD_CALLS: list[tuple[str, str, Any, str]] = [
+    ("search-missing-query", tools.SEARCH, {}, "query is required"),
+    ("search-empty-query", tools.SEARCH, {"query": ""}, "query"),
+    ("search-blank-query", tools.SEARCH, {"query": "   "}, "query must not be blank"),
+    ("search-long-query", tools.SEARCH, {"query": "q" * 2_001}, "query"),
+    ("search-number", tools.SEARCH, {"query": 7}, "query"),
+    ("search-owner", tools.SEARCH, {"query": "q", "owner": BOB}, "owner is not an argument"),
+    ("chat-long-query", tools.CHAT, {"query": "q" * 10_001}, "query"),
+    ("chat-bad-level", tools.CHAT, {"query": "q", "reasoning_level": "extreme"}, "reasoning"),
+    ("remember-long", tools.REMEMBER, {"content": "c" * 65_536}, "content"),
+    ("remember-blank", tools.REMEMBER, {"content": "\n\t "}, "content must not be blank"),
+    ("remember-bad-conv", tools.REMEMBER, {"content": "c", "conversation_id": " x"}, "conv"),
+    ("not-json", tools.SEARCH, "{query: nope", "not valid JSON"),
+    ("not-an-object", tools.SEARCH, ["query"], "must be a JSON object"),
+    ("unknown-tool", "honcho_delete_everything", {}, "has no tool"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "says"), [c[1:] for c in BAD_CALLS], ids=[c[0] for c in BAD_CALLS]
+)
+def test_a_bad_call_is_refused_clearly_and_sends_nothing(
+    context: Context, standin: HonchoStandIn, name: str, arguments: Any, says: str
+) -> None:
+    seed_conversation(context, "x", ANA, [])
+    before = standin.request_count()
+
+    with pytest.raises(InvalidToolCall) as caught:
+        tools.call_tool(context, name, arguments, ANA)
+
+    assert caught.value.code == "ERR_TOOL_ARGUMENTS"
+    assert caught.value.message.startswith("memhoncho")
+    assert says in caught.value.message
+    assert standin.request_count() == before
+
+
+def test_a_refusal_never_echoes_the_arguments_content(context: Context) -> None:
+    secret = "my PIN is 4321"
+    with pytest.raises(InvalidToolCall) as caught:
+        tools.call_tool(context, tools.SEARCH, {"query": secret, secret: 1, "n": 2}, ANA)
+
+    assert secret not in json.dumps(tools.error_payload(caught.value))
+    assert "n is not an argument" in caught.value.message
+
+
+def test_arguments_may_come_as_the_json_string_a_model_api_sends(context: Context) -> None:
+    seed_conversation(context, "run", ANA, ["json words"])
+
+    found = tools.call_tool(context, tools.SEARCH, '{"query": "json"}', ANA)
+
+    assert found["count"] == 1
+
+
+# ----------------------------------------------------------------------------- failures
+
+ALL_CALLS = [
+    (tools.SEARCH, {"query": "knee"}),
+    (tools.CHAT, {"query": "knee?"}),
+    (tools.REMEMBER, {"content": "knee"}),
+]
+
+
+@pytest.mark.parametrize(("name", "arguments"), ALL_CALLS, ids=[c[0] for c in ALL_CALLS])
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [("http_503", HonchoUnavailable), ("http_500", HonchoUnavailable)],
+)
+def test_a_server_error_is_a_typed_error_naming_memhoncho(
+    context: Context,
+    standin: HonchoStandIn,
+    name: str,
+    arguments: dict[str, Any],
+    fault: str,
+    error: type[MemhonchoError],
+) -> None:
+    standin.faults.add(fault, count=None, path_contains="/peers/")
+    standin.faults.add(fault, count=None, path_contains="/conclusions")
+
+    with pytest.raises(MemhonchoError) as caught:
+        tools.call_tool(context, name, arguments, ANA)
+
+    # A 500 from chat is what a server without an LLM answers; elsewhere it is a server error.
+    expected = HonchoNoLLM if (name, fault) == (tools.CHAT, "http_500") else error
+    assert type(caught.value) is expected
+    assert_names_memhoncho_not_the_key(caught.value)
+
+
+@pytest.mark.parametrize(("name", "arguments"), ALL_CALLS, ids=[c[0] for c in ALL_CALLS])
+def test_a_rate_limit_is_a_typed_error_with_its_retry_after(
+    context: Context, standin: HonchoStandIn, name: str, arguments: dict[str, Any]
+) -> None:
+    standin.faults.add("http_429", count=None, retry_after_s=3)
+
+    with pytest.raises(HonchoRateLimited) as caught:
+        tools.call_tool(context, name, arguments, ANA)
+
+    assert caught.value.retry_after_s == 3
+    assert tools.error_payload(caught.value)["retry_after_s"] == 3
+    assert_names_memhoncho_not_the_key(caught.value)
+
+
+@pytest.mark.parametrize(("name", "arguments"), ALL_CALLS, ids=[c[0] for c in ALL_CALLS])
+def test_a_slow_honcho_is_a_typed_timeout_after_the_settings_timeout(
+    context: Context,
+    standin: HonchoStandIn,
+    config_dir: Path,
+    settings: dict[str, Any],
+    name: str,
+    arguments: dict[str, Any],
+) -> None:
+    write_settings(
+        config_dir, **settings, tool_timeout_s=FAST_TIMEOUT_S, chat_timeout_s=FAST_TIMEOUT_S
+    )
+    # Workspace and peer get-or-creates answer at once; the tool's own call is held.
+    for path in ("/search", "/chat", "/conclusions"):
+        standin.faults.add("timeout_before_commit", path_contains=path, sleep_s=FAULT_SLEEP_S)
+
+    with pytest.raises(HonchoTimeout) as caught:
+        tools.call_tool(context, name, arguments, ANA)
+
+    assert_names_memhoncho_not_the_key(caught.value)
+
+
+@pytest.mark.parametrize(("name", "arguments"), ALL_CALLS, ids=[c[0] for c in ALL_CALLS])
+def test_honcho_down_is_a_typed_error(
+    context: Context, standin: HonchoStandIn, name: str, arguments: dict[str, Any]
+) -> None:
+    standin.stop()  # nothing listens on its port any more
+
+    with pytest.raises(HonchoUnavailable) as caught:
+        tools.call_tool(context, name, arguments, ANA)
+
+    assert_names_memhoncho_not_the_key(caught.value)
+
+
+def test_no_api_key_is_a_typed_error_naming_memhoncho(context: Context, config_dir: Path) -> None:
+    (config_dir / "secrets.json").unlink()
+
+    with pytest.raises(MissingApiKey) as caught:
+        tools.call_tool(context, tools.SEARCH, {"query": "x"}, ANA)
+
+    assert caught.value.message.startswith("memhoncho")
+
+
+# ------------------------------------------------------------------------------ schemas
+
+
+def _walk(node: Any) -> Iterator[Any]:
+    yield node
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)
+
+
+def test_each_schema_is_a_valid_2020_12_schema_in_the_function_calling_format() -> None:
+    definitions = tools.tool_definitions()
+
+    assert [d["function"]["name"] for d in definitions] == [
+        tools.SEARCH,
+        tools.CHAT,
+        tools.REMEMBER,
+    ]
+    for definition in definitions:
+        assert definition["type"] == "function"
+        function = definition["function"]
+        assert set(function) == {"name", "description", "parameters"}
+        assert function["description"]
+        parameters = function["parameters"]
+        Draft202012Validator.check_schema(parameters)
+        assert parameters["type"] == "object"
+        assert parameters["additionalProperties"] is False
+        assert "owner" not in parameters["properties"]
+        for node in _walk(parameters):
+            assert not (isinstance(node, dict) and ({"$ref", "$defs"} & set(node)))
+        json.loads(json.dumps(definition))
+
+
+def test_the_search_description_says_it_returns_the_users_words_not_the_agents() -> None:
+    (search,) = [d for d in tools.tool_definitions() if d["function"]["name"] == tools.SEARCH]
+    assert "the user's words only, never the agent's replies" in search["function"]["description"]
+
+
+SAMPLES: list[tuple[str, dict[str, Any], bool]] = [
+    (tools.SEARCH, {"query": "knee"}, True),
+    (tools.SEARCH, {}, False),
+    (tools.SEARCH, {"query": "   "}, False),
+    (tools.SEARCH, {"query": "knee", "owner": BOB}, False),
+    (tools.CHAT, {"query": "what?"}, True),
+    (tools.CHAT, {"query": "what?", "reasoning_level": "max"}, True),
+    (tools.CHAT, {"query": "what?", "reasoning_level": None}, True),
+    (tools.CHAT, {"query": "what?", "reasoning_level": "huge"}, False),
+    (tools.CHAT, {"query": "q" * 10_001}, False),
+    (tools.REMEMBER, {"content": "fact"}, True),
+    (tools.REMEMBER, {"content": "fact", "conversation_id": "c-1"}, True),
+    (tools.REMEMBER, {"content": "c" * 65_536}, False),
+    (tools.REMEMBER, {"content": "fact", "conversation_id": 3}, False),
+]
+
+
+@pytest.mark.parametrize(("name", "arguments", "valid"), SAMPLES)
+def test_the_schema_and_the_tool_agree_on_sample_arguments(
+    name: str, arguments: dict[str, Any], valid: bool
+) -> None:
+    (definition,) = [d for d in tools.tool_definitions() if d["function"]["name"] == name]
+    validator = Draft202012Validator(definition["function"]["parameters"])
+
+    assert validator.is_valid(arguments) is valid
+    if valid:
+        tools.check_call(name, arguments)
+    else:
+        with pytest.raises(InvalidToolCall):
+            tools.check_call(name, arguments)
+
+
+# --------------------------------------------------------------------------------- host
+
+
+def test_the_host_binds_the_tools_to_one_user(host: Host, context: Context) -> None:
+    seed_conversation(context, "ana-run", ANA, ["ana's garden"])
+    seed_conversation(context, "bob-run", BOB, ["bob's garden"])
+
+    ana = host.tools(ANA)
+
+    assert set(ana) == {tools.SEARCH, tools.CHAT, tools.REMEMBER}
+    assert [r["text"] for r in ana.honcho_search("garden")["results"]] == ["ana's garden"]
+    assert ana[tools.SEARCH](query="garden")["count"] == 1
+    assert ana.call(tools.SEARCH, '{"query": "garden"}')["count"] == 1
+    assert ana.honcho_remember("likes roses", "ana-run")["scope"] == "conversation"
+    assert "likes roses" in ana.honcho_chat("garden?", "minimal")["answer"]
+    assert "likes roses" not in host.tools(BOB).honcho_chat("garden?")["answer"]
+    assert host.tool_definitions() == tools.tool_definitions() == ana.definitions()
+
+
+def test_host_call_tool_dispatches_a_models_call_for_the_given_owner(host: Host) -> None:
+    result = host.call_tool(tools.REMEMBER, {"content": "likes tea"}, owner=ANA)
+
+    assert result["scope"] == "user"
+    with pytest.raises(InvalidToolCall):
+        host.call_tool(tools.SEARCH, {"query": "x", "owner": BOB}, owner=ANA)
+    with pytest.raises(InvalidToolCall):
+        host.tools(ANA)["honcho_nope"]
