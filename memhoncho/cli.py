@@ -57,6 +57,46 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    """Sweep now, as beat would: deliveries enqueued through this host's broker client."""
+    from memhoncho.host import Host
+    from memhoncho.sweep import sweep
+
+    with Host(args.config_dir, args.data_dir) as host:
+        report = sweep(host.context, host.enqueue_delivery)
+    if args.json:
+        _print_json(report.model_dump(mode="json"))
+    else:
+        print(
+            f"swept {report.listed} conversations in {report.duration_s:.3f}s:"
+            f" {report.pending} pending ({report.enqueued} enqueued),"
+            f" {report.dropped_delivered} delivered records compacted,"
+            f" {report.dead_lettered} moved to dead letters,"
+            f" {report.quarantined} lines quarantined, {len(report.failures)} failures"
+        )
+        for failure in report.failures:
+            where = failure.conversation_id or failure.conversation_key or "-"
+            print(f"  {failure.stage} {where}: {failure.code}: {failure.message}")
+    return 1 if report.failures else 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    """Dead letters back into the outbox (all, or one conversation's), then enqueue delivery."""
+    from memhoncho.host import Host
+    from memhoncho.replay import replay
+
+    with Host(args.config_dir, args.data_dir) as host:
+        report = replay(host.context, args.conversation, enqueue=host.enqueue_delivery)
+    if args.json:
+        _print_json(report.model_dump(mode="json"))
+    else:
+        print(
+            f"replayed {report.replayed} dead records into the outbox,"
+            f" {report.already_present} were already there or delivered, {report.left} left"
+        )
+    return 1 if report.left else 0
+
+
 def _cmd_stand_in(args: argparse.Namespace) -> int:
     from memhoncho.testing import serve
 
@@ -86,6 +126,15 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--concurrency", type=int, default=2)
     run.add_argument("--loglevel", default="INFO")
     run.set_defaults(handler=_cmd_run)
+
+    sweep = sub.add_parser("sweep", help="sweep the outboxes now and show what it did")
+    sweep.add_argument("--json", action="store_true", help="the sweep report as JSON")
+    sweep.set_defaults(handler=_cmd_sweep)
+
+    replay = sub.add_parser("replay", help="move dead letters back into the outbox")
+    replay.add_argument("--conversation", help="only this conversation's dead letters")
+    replay.add_argument("--json", action="store_true", help="the replay report as JSON")
+    replay.set_defaults(handler=_cmd_replay)
 
     stand_in = sub.add_parser("stand-in", help="serve the Honcho stand-in (a test double)")
     stand_in.add_argument("--port", type=int, default=8000)

@@ -13,7 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 from pydantic import ValidationError
@@ -27,10 +27,14 @@ from memhoncho.models import CaptureResult, CaptureStatus, RunEvent
 from memhoncho.store.ledger import LedgerCache
 from memhoncho.store.outbox import Outbox, encode_line
 
+if TYPE_CHECKING:
+    from memhoncho.memory import Sections
+
 log = logging.getLogger(__name__)
 
 BROKER_BACKOFF_S = 5.0  # after a failed publish, skip publishing this long (no retry loop)
 DELIVER_TASK = "memhoncho.deliver"
+REFRESH_TASK = "memhoncho.refresh_representation"
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")  # echoed in InvalidEvent; else "?"
 
 
@@ -140,6 +144,30 @@ class Host:
             with self._idle:
                 self._in_flight -= 1
                 self._idle.notify_all()
+
+    # ---- memory in the prompt -----------------------------------------------------------
+
+    def conversation_idle(self, conversation_id: str) -> bool:
+        """The conversation went quiet: refresh its cached memory (a hint; False if not sent)."""
+        return self._enqueue_refresh(conversation_id)
+
+    def conversation_archived(self, conversation_id: str) -> bool:
+        """The conversation was archived: refresh its cached memory one last time."""
+        return self._enqueue_refresh(conversation_id)
+
+    def _enqueue_refresh(self, conversation_id: str) -> bool:
+        ids.conversation_key(conversation_id)  # InvalidId before anything is sent
+        if self._closed or self.context.api_key() is None:
+            return False
+        if time.monotonic() < self._broker_down_until:
+            return False
+        return self._publish(REFRESH_TASK, [conversation_id])
+
+    def sections(self, conversation_id: str) -> Sections:
+        """The prompt sections from the local cache (``memory.Sections``): no network, no raise."""
+        from memhoncho import memory
+
+        return memory.sections(self.context, conversation_id)
 
     # ---- recall tools -------------------------------------------------------------------
 

@@ -1,0 +1,64 @@
+"""The sweep index (``state/sweep-index.json``): conversations the last sweep found clean.
+
+"Clean" means nothing pending and nothing to compact. The index keeps, per clean conversation,
+the stat stamps of its outbox and ledger as they were *before* the sweep looked, so a sweep
+with nothing pending costs a stat of two files per conversation and no read. Any append,
+rewrite or ledger write changes a stamp, and the conversation is looked at again. The index is
+only a hint: losing it, or two sweeps racing to write it, costs one full look, never a record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from memhoncho.store.atomic import read_json, write_json
+from memhoncho.store.layout import Layout
+
+log = logging.getLogger(__name__)
+
+INDEX_VERSION = 1
+Stamp = tuple[int, ...]
+
+
+def index_path(layout: Layout) -> Path:
+    return layout.root / "state" / "sweep-index.json"
+
+
+def file_stamp(path: Path) -> Stamp:
+    """(inode, size, mtime in ns) of ``path``; zeros when it is absent."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return (0, 0, 0)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def conversation_stamp(layout: Layout, key: str) -> Stamp:
+    return file_stamp(layout.outbox(key)) + file_stamp(layout.ledger(key))
+
+
+def load_index(layout: Layout) -> dict[str, Stamp]:
+    """The clean conversations and their stamps; empty when the index is absent or unreadable."""
+    try:
+        raw = read_json(index_path(layout))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError):
+        log.warning("the sweep index is unreadable; looking at every conversation")
+        return {}
+    if not isinstance(raw, dict) or raw.get("version") != INDEX_VERSION:
+        return {}
+    clean = raw.get("clean")
+    if not isinstance(clean, dict):
+        return {}
+    return {
+        str(k): tuple(int(x) for x in v)
+        for k, v in clean.items()
+        if isinstance(v, list) and all(isinstance(x, int) for x in v)
+    }
+
+
+def save_index(layout: Layout, clean: dict[str, Stamp]) -> None:
+    write_json(index_path(layout), {"version": INDEX_VERSION, "clean": clean})

@@ -1,0 +1,338 @@
+"""The outbox sweep: re-drive delivery of whatever is pending, then compact the outboxes.
+
+Beat runs it (``memhoncho.outbox_sweep``) and so does ``memhoncho sweep``. In order: resolve
+pending forks (``forks.resolve_pending_forks``, when that module is there); enqueue delivery of
+every conversation with pending records (through the caller's ``enqueue``, the same routing as
+capture); compact: delivered records leave the outbox, records pending longer than
+``outbox_retention_days`` move to the dead-letter file with a warning each (written durably
+before the outbox is replaced), torn and corrupt lines met on the way go to quarantine.
+
+It never calls Honcho itself and holds no lock while anything calls Honcho: the outbox lock
+only for one rewrite, the conversation lock only (tried, never waited for) around a rewrite
+that dead-letters, so no delivery is reading the records it moves. A failure is recorded for
+its conversation and the sweep goes on. A sweep with nothing pending reads no outbox: the sweep
+index remembers which conversations were clean, by the stat stamps of their files.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from memhoncho import ids
+from memhoncho.context import Context
+from memhoncho.errors import CorruptFile, LockBusy, MemhonchoError
+from memhoncho.models import Ledger
+from memhoncho.store import peek
+from memhoncho.store.deadletters import append_dead, dead_lock
+from memhoncho.store.ledger import read_ledger
+from memhoncho.store.locks import file_lock
+from memhoncho.store.outbox import Outbox, Record
+from memhoncho.store.sweep_index import conversation_stamp, file_stamp, load_index, save_index
+
+log = logging.getLogger(__name__)
+
+DAY_S = 86_400.0  # seconds in a day
+NOT_ENQUEUED = "ERR_NOT_ENQUEUED"  # the delivery hint could not be published
+UNEXPECTED = "ERR_UNEXPECTED"  # an exception outside memhoncho's error tree
+RETENTION_REASON = "retention"
+FORKS_MODULE = "memhoncho.forks"
+FORKS_FUNCTION = "resolve_pending_forks"
+
+Stage = Literal["forks", "ledger", "enqueue", "compact", "conversation", "index"]
+Enqueue = Callable[[str], bool]
+
+
+class SweepFailure(BaseModel):
+    """One thing the sweep could not do; the rest of the sweep went on."""
+
+    stage: Stage
+    code: str
+    message: str
+    conversation_key: str | None = None
+    conversation_id: str | None = None
+
+
+class ConversationSwept(BaseModel):
+    """What the sweep did to one conversation that was not clean."""
+
+    conversation_key: str
+    conversation_id: str | None = None
+    pending: bool = False  #: it had records past the ledger's delivered seq
+    enqueued: bool = False
+    dropped_delivered: int = 0  #: delivered records that left the outbox
+    dead_lettered: int = 0  #: records moved to ``data/dead/<key>.jsonl``
+    kept: int | None = None  #: records left in the outbox after a rewrite
+    quarantined: int = 0  #: torn or corrupt lines moved to quarantine
+    retention_skipped: bool = False  #: a delivery held the lock, retention waits a sweep
+
+
+class SweepReport(BaseModel):
+    """What one sweep did. ``conversations`` only lists those that were not clean."""
+
+    started_at: float
+    duration_s: float = 0.0
+    listed: int = 0  #: conversations with an outbox file
+    unchanged: int = 0  #: clean at the last sweep and not touched since (no read)
+    clean: int = 0  #: looked at: nothing pending, nothing to compact
+    pending: int = 0
+    enqueued: int = 0
+    dropped_delivered: int = 0
+    dead_lettered: int = 0
+    quarantined: int = 0
+    forks: Any = None  #: what fork resolution reported, when it ran
+    conversations: list[ConversationSwept] = Field(default_factory=list)
+    failures: list[SweepFailure] = Field(default_factory=list)
+
+    def fail(self, stage: Stage, exc: BaseException | str, **where: str | None) -> None:
+        if isinstance(exc, MemhonchoError):
+            code, message = exc.code, exc.message
+        elif isinstance(exc, str):
+            code, message = NOT_ENQUEUED, exc
+        else:
+            code, message = UNEXPECTED, type(exc).__name__
+        self.failures.append(SweepFailure(stage=stage, code=code, message=message, **where))
+        log.warning(
+            "sweep step failed",
+            extra={"action": "sweep_failed", "stage": stage, "code": code, **where},
+        )
+
+
+def sweep(context: Context, enqueue: Enqueue, *, now: float | None = None) -> SweepReport:
+    """Resolve forks, re-drive pending deliveries, compact; never raises for one conversation."""
+    started = time.monotonic()
+    now = time.time() if now is None else now
+    report = SweepReport(started_at=now)
+    _resolve_forks(context, report)
+    settings = context.settings()
+    retention_s = settings.outbox_retention_days * DAY_S
+    layout = context.layout
+    outbox = Outbox(layout)
+    keys = layout.conversation_keys()
+    report.listed = len(keys)
+    index = load_index(layout)
+    clean: dict[str, tuple[int, ...]] = {}
+    for key in keys:
+        stamp = conversation_stamp(layout, key)
+        if index.get(key) == stamp:
+            report.unchanged += 1
+            clean[key] = stamp
+            continue
+        try:
+            swept = _sweep_one(context, outbox, key, enqueue, report, now, retention_s)
+        except Exception as exc:  # one conversation never stops the sweep
+            report.fail("conversation", exc, conversation_key=key)
+            continue
+        if swept is None:
+            report.clean += 1
+            clean[key] = stamp
+        else:
+            report.conversations.append(swept)
+            _add_up(report, swept)
+    if clean != index:
+        try:
+            save_index(layout, clean)
+        except OSError as exc:
+            report.fail("index", exc)
+    report.duration_s = time.monotonic() - started
+    log.info(
+        "outbox sweep done",
+        extra={
+            "action": "sweep_done",
+            "listed": report.listed,
+            "pending": report.pending,
+            "dropped_delivered": report.dropped_delivered,
+            "dead_lettered": report.dead_lettered,
+            "failures": len(report.failures),
+        },
+    )
+    return report
+
+
+def _add_up(report: SweepReport, swept: ConversationSwept) -> None:
+    report.pending += swept.pending
+    report.enqueued += swept.enqueued
+    report.dropped_delivered += swept.dropped_delivered
+    report.dead_lettered += swept.dead_lettered
+    report.quarantined += swept.quarantined
+
+
+def _resolve_forks(context: Context, report: SweepReport) -> None:
+    """Pending forks first, so their children's deliveries find a session to go to."""
+    try:
+        module = importlib.import_module(FORKS_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name == FORKS_MODULE:
+            return  # fork support is not installed in this build
+        report.fail("forks", exc)
+        return
+    except Exception as exc:
+        report.fail("forks", exc)
+        return
+    resolve = getattr(module, FORKS_FUNCTION, None)
+    if resolve is None:
+        return
+    try:
+        result = resolve(context)
+    except Exception as exc:  # Honcho down: the forks wait for the next sweep
+        report.fail("forks", exc)
+        return
+    report.forks = _plain(result)
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict | list | str | int | float | bool) or value is None:
+        return value
+    return repr(value)
+
+
+def _sweep_one(
+    context: Context,
+    outbox: Outbox,
+    key: str,
+    enqueue: Enqueue,
+    report: SweepReport,
+    now: float,
+    retention_s: float,
+) -> ConversationSwept | None:
+    """Look at one conversation; None when it is clean (nothing pending, nothing to compact)."""
+    layout = context.layout
+    ledger_ok = True
+    try:
+        ledger = read_ledger(layout, key)
+    except CorruptFile as exc:
+        report.fail("ledger", exc, conversation_key=key)
+        ledger, ledger_ok = None, False
+    delivered = ledger.delivered_seq if ledger else 0
+    quarantine_before = file_stamp(layout.quarantine(key))[1]
+    edges = peek.edges(layout.outbox(key))
+    if edges is None:  # a torn or corrupt line at an edge: a full read repairs it
+        parsed = outbox.read(key)
+        records = parsed.records
+        first = records[0] if records else None
+        last = parsed.lines[-1][0] if parsed.lines else None
+    else:
+        first, last = edges.first, edges.last
+    pending = last is not None and not last.get("mark") and last["seq"] > delivered
+    has_delivered = first is not None and first["seq"] <= delivered
+    head_expired = (
+        pending
+        and first is not None
+        and first["seq"] > delivered
+        and _expired(first, now, retention_s)
+    )
+    swept = ConversationSwept(conversation_key=key, pending=pending)
+    swept.conversation_id = _conversation_id(key, ledger, first or last)
+    if pending:
+        swept.enqueued = _enqueue(enqueue, swept, report)
+    if ledger_ok and (has_delivered or head_expired):
+        _compact(context, outbox, key, swept, delivered, now, retention_s)
+    swept.quarantined = _lines_added(layout.quarantine(key), quarantine_before)
+    if not (pending or has_delivered or swept.quarantined):
+        return None
+    return swept
+
+
+def _conversation_id(key: str, ledger: Ledger | None, record: Record | None) -> str | None:
+    if ledger is not None:
+        return ledger.conversation_id
+    if record is not None and isinstance(record.get("conversation_id"), str):
+        return str(record["conversation_id"])
+    return ids.decode(key)
+
+
+def _enqueue(enqueue: Enqueue, swept: ConversationSwept, report: SweepReport) -> bool:
+    where = {"conversation_key": swept.conversation_key, "conversation_id": swept.conversation_id}
+    if swept.conversation_id is None:
+        report.fail("enqueue", "the conversation id of this outbox is unknown", **where)
+        return False
+    try:
+        ok = bool(enqueue(swept.conversation_id))
+    except Exception as exc:  # the broker is down: the next sweep tries again
+        report.fail("enqueue", exc, **where)
+        return False
+    if not ok:
+        report.fail("enqueue", "the delivery hint was not published", **where)
+    return ok
+
+
+def _expired(record: Record, now: float, retention_s: float) -> bool:
+    """Pending longer than retention, counted from capture or from the last replay."""
+    since = max(float(record.get("captured_at") or now), float(record.get("replayed_at") or 0))
+    return now - since > retention_s
+
+
+def _compact(
+    context: Context,
+    outbox: Outbox,
+    key: str,
+    swept: ConversationSwept,
+    delivered: int,
+    now: float,
+    retention_s: float,
+) -> None:
+    """One rewrite: drop delivered records and, when no delivery is running, the expired ones."""
+    layout = context.layout
+    with ExitStack() as stack:
+        in_flight: set[str] = set()
+        try:
+            stack.enter_context(file_lock(layout.conversation_lock(key), timeout_s=0))
+            may_expire = True
+            fresh = read_ledger(layout, key)  # under the lock: the newest delivered window
+            if fresh is not None:
+                delivered = max(delivered, fresh.delivered_seq)
+                in_flight = set(fresh.in_flight)
+        except LockBusy:
+            may_expire = False  # a delivery is reading these records; retention waits
+            swept.retention_skipped = True
+
+        def keep(record: Record) -> bool:
+            if record["seq"] <= delivered:
+                return False
+            if not may_expire or not _expired(record, now, retention_s):
+                return True
+            return any(m.get("id") in in_flight for m in record.get("messages", []))
+
+        def to_dead_letters(dropped: list[Record]) -> None:
+            dead = [r for r in dropped if r["seq"] > delivered]
+            if not dead:
+                return
+            with dead_lock(layout, key):
+                append_dead(layout, key, dead, RETENTION_REASON)
+            for record in dead:
+                log.warning(
+                    "an undelivered record passed retention; moved to the dead-letter file",
+                    extra={
+                        "action": "dead_lettered",
+                        "conversation_key": key,
+                        "batch_id": record.get("batch_id"),
+                        "seq": record["seq"],
+                        "age_days": round(
+                            (now - float(record.get("captured_at") or now)) / DAY_S, 2
+                        ),
+                        "messages": len(record.get("messages", [])),
+                    },
+                )
+
+        kept, dropped = outbox.rewrite(key, keep, before_replace=to_dead_letters)
+    swept.kept = len(kept)
+    swept.dead_lettered = sum(1 for r in dropped if r["seq"] > delivered)
+    swept.dropped_delivered = len(dropped) - swept.dead_lettered
+
+
+def _lines_added(path: Any, size_before: int) -> int:
+    """Lines appended to ``path`` since it was ``size_before`` bytes long."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(size_before)
+            return handle.read().count(b"\n")
+    except FileNotFoundError:
+        return 0

@@ -1,0 +1,291 @@
+"""The sweep without Celery: re-drive, compaction, retention, quarantine, replay, the index."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memhoncho import ids
+from memhoncho.context import Context
+from memhoncho.models import Ledger
+from memhoncho.replay import replay
+from memhoncho.store import peek
+from memhoncho.store.deadletters import read_dead
+from memhoncho.store.ledger import write_ledger
+from memhoncho.store.locks import file_lock
+from memhoncho.store.outbox import Outbox, encode_line
+from memhoncho.sweep import sweep
+
+DAY_S = 86_400.0
+
+
+@pytest.fixture
+def context(config_dir: Path, data_dir: Path) -> Context:
+    return Context(config_dir, data_dir)
+
+
+def _record(conversation: str, n: int, captured_at: float | None = None) -> dict[str, Any]:
+    batch = f"b{conversation}{n:06d}"
+    return {
+        "batch_id": batch,
+        "conversation_id": conversation,
+        "owner": "ana",
+        "user_peer_id": "ana",
+        "run_id": f"r{n}",
+        "captured_at": time.time() if captured_at is None else captured_at,
+        "messages": [
+            {"id": f"{batch}-0", "role": "user", "entry_id": n, "text": f"t{n}", "meta": {}}
+        ],
+    }
+
+
+def _capture(
+    context: Context,
+    conversation: str,
+    count: int,
+    captured_at: float | None = None,
+    start: int = 0,
+) -> list[int]:
+    outbox = Outbox(context.layout)
+    key = ids.conversation_key(conversation)
+    seqs = []
+    for n in range(count):
+        appended = outbox.append(
+            key,
+            _record(conversation, start + n, captured_at),
+            max_pending=100_000,
+            delivered_seq=lambda: 0,
+            delivered_before=lambda b: False,
+        )
+        assert appended.seq is not None
+        seqs.append(appended.seq)
+    return seqs
+
+
+def _deliver_up_to(context: Context, conversation: str, seq: int, **extra: Any) -> None:
+    key = ids.conversation_key(conversation)
+    write_ledger(
+        context.layout,
+        key,
+        Ledger(
+            conversation_id=conversation,
+            owner="ana",
+            session_id="s",
+            delivered_seq=seq,
+            last_delivered_at=time.time(),
+            **extra,
+        ),
+    )
+
+
+def _outbox_seqs(context: Context, conversation: str) -> list[int]:
+    return [
+        r["seq"] for r in Outbox(context.layout).read(ids.conversation_key(conversation)).records
+    ]
+
+
+class Recorder:
+    def __init__(self, answer: bool = True) -> None:
+        self.calls: list[str] = []
+        self.answer = answer
+
+    def __call__(self, conversation_id: str) -> bool:
+        self.calls.append(conversation_id)
+        return self.answer
+
+
+def test_a_pending_conversation_is_enqueued_and_a_delivered_one_is_not(context: Context) -> None:
+    _capture(context, "c.pending", 3)
+    done = _capture(context, "c.done", 2)
+    _deliver_up_to(context, "c.done", done[-1])
+    enqueue = Recorder()
+    report = sweep(context, enqueue)
+    assert enqueue.calls == ["c.pending"]
+    assert report.pending == 1 and report.enqueued == 1
+    assert report.dropped_delivered == 2
+    assert _outbox_seqs(context, "c.done") == []
+    assert _outbox_seqs(context, "c.pending") != []
+
+
+def test_compaction_keeps_every_pending_record_and_drops_the_delivered(context: Context) -> None:
+    seqs = _capture(context, "c1", 10)
+    _deliver_up_to(context, "c1", seqs[6])
+    report = sweep(context, Recorder())
+    assert _outbox_seqs(context, "c1") == seqs[7:]
+    assert report.dropped_delivered == 7 and report.dead_lettered == 0
+    # new captures after a full compaction still get larger seqs (the mark line)
+    _deliver_up_to(context, "c1", seqs[-1])
+    sweep(context, Recorder())
+    assert _outbox_seqs(context, "c1") == []
+    later = _capture(context, "c1", 1, start=10)
+    assert later[0] > seqs[-1]
+
+
+def test_records_past_retention_move_to_dead_letters_with_a_warning_each(
+    context: Context, caplog: pytest.LogCaptureFixture
+) -> None:
+    old = time.time() - 31 * DAY_S
+    old_seqs = _capture(context, "c.old", 3, captured_at=old)
+    fresh = _capture(context, "c.old", 1, start=3)
+    caplog.set_level(logging.WARNING, logger="memhoncho.sweep")
+    report = sweep(context, Recorder())
+    assert report.dead_lettered == 3
+    assert _outbox_seqs(context, "c.old") == fresh
+    dead = read_dead(context.layout, ids.conversation_key("c.old"))
+    assert [r["seq"] for r in dead] == old_seqs
+    assert all(r["dead_reason"] == "retention" for r in dead)
+    warnings = [r for r in caplog.records if getattr(r, "action", "") == "dead_lettered"]
+    assert len(warnings) == 3
+    assert all("t0" not in r.getMessage() for r in warnings)  # no content in logs
+
+
+def test_an_in_flight_record_is_never_dead_lettered(context: Context) -> None:
+    old = time.time() - 40 * DAY_S
+    seqs = _capture(context, "c.flight", 2, captured_at=old)
+    batch = f"bc.flight{0:06d}"
+    _deliver_up_to(context, "c.flight", 0, in_flight=[f"{batch}-0"])
+    report = sweep(context, Recorder())
+    assert report.dead_lettered == 1
+    assert _outbox_seqs(context, "c.flight") == seqs[:1]
+
+
+def test_retention_waits_while_a_delivery_holds_the_conversation(context: Context) -> None:
+    old = time.time() - 40 * DAY_S
+    seqs = _capture(context, "c.busy", 2, captured_at=old)
+    key = ids.conversation_key("c.busy")
+    with file_lock(context.layout.conversation_lock(key)):
+        report = sweep(context, Recorder())
+    assert report.dead_lettered == 0
+    assert report.conversations[0].retention_skipped
+    assert _outbox_seqs(context, "c.busy") == seqs
+    assert sweep(context, Recorder()).dead_lettered == 2
+
+
+def test_replay_brings_dead_letters_back_once_and_the_next_sweep_keeps_them(
+    context: Context,
+) -> None:
+    old = time.time() - 31 * DAY_S
+    _capture(context, "c.r", 2, captured_at=old)
+    sweep(context, Recorder())
+    key = ids.conversation_key("c.r")
+    enqueue = Recorder()
+    first = replay(context, enqueue=enqueue)
+    assert (first.replayed, first.left) == (2, 0)
+    assert enqueue.calls == ["c.r"]
+    assert not context.layout.dead(key).exists()
+    records = Outbox(context.layout).read(key).records
+    assert [r["batch_id"] for r in records] == ["bc.r000000", "bc.r000001"]
+    assert all("replayed_at" in r and "dead_at" not in r for r in records)
+    again = replay(context, "c.r")
+    assert again.replayed == 0
+    report = sweep(context, Recorder())
+    assert report.dead_lettered == 0 and report.pending == 1
+
+
+def test_replay_after_a_crash_between_append_and_removal_appends_nothing_twice(
+    context: Context,
+) -> None:
+    old = time.time() - 31 * DAY_S
+    _capture(context, "c.crash", 2, captured_at=old)
+    sweep(context, Recorder())
+    key = ids.conversation_key("c.crash")
+    dead_bytes = context.layout.dead(key).read_bytes()
+    replay(context, "c.crash")
+    context.layout.dead(key).write_bytes(dead_bytes)  # as if the removal never happened
+    second = replay(context, "c.crash")
+    assert (second.replayed, second.already_present, second.left) == (0, 2, 0)
+    assert len(Outbox(context.layout).read(key).records) == 2
+
+
+def test_torn_and_corrupt_lines_are_quarantined_and_good_ones_kept(context: Context) -> None:
+    seqs = _capture(context, "c.bad", 3)
+    key = ids.conversation_key("c.bad")
+    path = context.layout.outbox(key)
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1][:20] + b"X" + lines[1][21:]
+    path.write_bytes(b"".join(lines) + b'0000 {"torn')
+    report = sweep(context, Recorder())
+    assert report.quarantined == 2
+    assert _outbox_seqs(context, "c.bad") == [seqs[0], seqs[2]]
+    quarantine = context.layout.quarantine(key).read_text().splitlines()
+    assert {json.loads(q)["reason"] for q in quarantine} == {"corrupt", "torn"}
+
+
+def test_a_failing_enqueue_is_recorded_per_conversation_and_the_sweep_goes_on(
+    context: Context,
+) -> None:
+    _capture(context, "c.a", 1)
+    _capture(context, "c.b", 1)
+    done = _capture(context, "c.c", 1)
+    _deliver_up_to(context, "c.c", done[-1])
+
+    def enqueue(conversation_id: str) -> bool:
+        if conversation_id == "c.a":
+            raise ConnectionError("broker down")
+        return False
+
+    report = sweep(context, enqueue)
+    assert [(f.stage, f.conversation_id) for f in report.failures] == [
+        ("enqueue", "c.a"),
+        ("enqueue", "c.b"),
+    ]
+    assert report.dropped_delivered == 1
+
+
+def test_a_corrupt_ledger_is_a_failure_and_its_outbox_is_left_whole(context: Context) -> None:
+    seqs = _capture(context, "c.l", 2)
+    context.layout.ledger(ids.conversation_key("c.l")).parent.mkdir(parents=True, exist_ok=True)
+    context.layout.ledger(ids.conversation_key("c.l")).write_text("{not json")
+    enqueue = Recorder()
+    report = sweep(context, enqueue)
+    assert [f.code for f in report.failures] == ["ERR_CORRUPT_FILE"]
+    assert enqueue.calls == ["c.l"]
+    assert _outbox_seqs(context, "c.l") == seqs
+
+
+def test_a_sweep_with_nothing_pending_reads_no_outbox(
+    context: Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(5):
+        seqs = _capture(context, f"c{n}", 2)
+        _deliver_up_to(context, f"c{n}", seqs[-1])
+    sweep(context, Recorder())  # compacts
+    second = sweep(context, Recorder())  # looks, finds every one clean
+    assert second.clean == 5
+    looked: list[Path] = []
+    monkeypatch.setattr(peek, "edges", lambda path: looked.append(path))
+    third = sweep(context, Recorder())
+    assert third.unchanged == 5 and looked == []
+    _capture(context, "c3", 1, start=2)
+    fourth = sweep(context, Recorder())
+    assert fourth.unchanged == 4 and fourth.pending == 1
+
+
+def test_the_edges_of_an_outbox_are_its_first_record_and_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "o.jsonl"
+    mark = encode_line({"seq": 5, "mark": True})
+    big = encode_line({"seq": 6, "batch_id": "x", "pad": "y" * 200_000})
+    small = encode_line({"seq": 7, "batch_id": "z"})
+    path.write_bytes(mark + big + small)
+    edges = peek.edges(path)
+    assert edges is not None and edges.first is not None and edges.last is not None
+    assert (edges.first["seq"], edges.last["seq"]) == (6, 7)
+    path.write_bytes(mark)
+    only_mark = peek.edges(path)
+    assert (
+        only_mark is not None
+        and only_mark.first is None
+        and only_mark.last
+        == {
+            "seq": 5,
+            "mark": True,
+        }
+    )
+    path.write_bytes(mark + big + small[:-3])
+    assert peek.edges(path) is None
+    assert peek.edges(tmp_path / "absent.jsonl") == peek.Edges(None, None, 0)
