@@ -15,7 +15,7 @@ from typing import Any
 from celery import Celery
 from kombu import Exchange, Queue
 
-from memhoncho import routing
+from memhoncho import results, routing
 from memhoncho.context import Context
 from memhoncho.settings import Settings
 
@@ -131,3 +131,4 @@ def create_app(context: Context | None = None, *, role: str = "worker") -> Celer
 
 
 app = create_app()
+results.connect(app)  # task bookkeeping for status and doctor (memhoncho.results)

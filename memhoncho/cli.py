@@ -104,6 +104,41 @@ def _cmd_stand_in(args: argparse.Namespace) -> int:
     return 0
 
 
+def _context(args: argparse.Namespace) -> Any:
+    from memhoncho.context import Context
+
+    return Context.from_dirs(args.config_dir, getattr(args, "data_dir", None))
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from memhoncho import status
+
+    view = status.status_view(_context(args))
+    if args.json:
+        _print_json(view)
+    else:
+        print(status.render_table(view))
+    return 0
+
+
+def _cmd_serve_status(args: argparse.Namespace) -> int:
+    from memhoncho import status_http
+
+    status_http.serve(_context(args), args.host, args.port)
+    return 0
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from memhoncho import doctor
+
+    checks = doctor.run_checks(_context(args))
+    if args.json:
+        _print_json([c.as_dict() for c in checks])
+    else:
+        print(doctor.render(checks))
+    return 1 if doctor.failed(checks) else 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memhoncho", description=__doc__.splitlines()[0])
     parser.add_argument("--config-dir", help="default: $MEMHONCHO_CONFIG_DIR")
@@ -141,6 +176,21 @@ def _build_parser() -> argparse.ArgumentParser:
     stand_in.add_argument("--host", default="127.0.0.1")
     stand_in.add_argument("--llm", action="store_true", help="answer chat like an LLM would")
     stand_in.set_defaults(handler=_cmd_stand_in)
+
+    status = sub.add_parser("status", help="what memhoncho holds and how delivery goes")
+    status.add_argument("--json", action="store_true", help="one JSON object")
+    status.set_defaults(handler=_cmd_status)
+
+    serve_status = sub.add_parser(
+        "serve-status", help="serve the status view and /metrics over HTTP (bearer token)"
+    )
+    serve_status.add_argument("--host", default="127.0.0.1")
+    serve_status.add_argument("--port", type=int, default=8765)
+    serve_status.set_defaults(handler=_cmd_serve_status)
+
+    doctor = sub.add_parser("doctor", help="check the deployment; non-zero exit on a failure")
+    doctor.add_argument("--json", action="store_true", help="the checks as JSON")
+    doctor.set_defaults(handler=_cmd_doctor)
     return parser
 
 

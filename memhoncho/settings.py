@@ -114,6 +114,15 @@ def load(config: str | os.PathLike[str] | None = None) -> Settings:
         return Settings(**{k: v for k, v in values.items() if k not in bad})
 
 
+def invalid_keys(config: str | os.PathLike[str] | None = None) -> list[str]:
+    """The names of the settings whose value is invalid now (``memhoncho doctor``)."""
+    try:
+        Settings(**_raw_values(config_dir(config)))
+    except ValidationError as exc:
+        return sorted({str(err["loc"][0]) for err in exc.errors() if err["loc"]})
+    return []
+
+
 def api_key(config: str | os.PathLike[str] | None = None) -> str | None:
     """The Honcho API key: the stored secret first, then ``MEMHONCHO_API_KEY``; None if neither."""
     stored = _read_json_object(config_dir(config) / SECRETS_FILE).get(API_KEY_SECTION)

@@ -1,0 +1,228 @@
+"""``memhoncho doctor``: checks of a deployment, each with a verdict and what to do about it.
+
+Checks run in order and each stands alone (a failed broker check does not hide the Honcho
+check). ``run_checks`` returns them; the CLI prints them and exits non-zero when one failed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from memhoncho import results, routing
+from memhoncho import settings as settings_module
+from memhoncho.context import Context
+from memhoncho.errors import MemhonchoError
+
+INSPECT_TIMEOUT_S = 2.0  # seconds workers have to answer ``inspect active_queues``
+BROKER_TIMEOUT_S = 2.0  # seconds to connect to the broker
+HONCHO_TIMEOUT_S = 5.0  # seconds for Honcho to answer the probe
+PROBE_FILTER = {"memhoncho_doctor_probe": "1"}  # matches no real session; lists the workspace
+
+PASS = "pass"
+FAIL = "fail"
+WARN = "warn"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    verdict: str  #: pass, warn or fail
+    detail: str
+    action: str = ""  #: what to do when it did not pass
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def check_settings(context: Context) -> Check:
+    bad = settings_module.invalid_keys(context.config_dir)
+    if bad:
+        return Check(
+            "settings",
+            FAIL,
+            f"invalid settings (using their defaults): {', '.join(bad)}",
+            f"fix these keys in {context.config_dir / settings_module.SETTINGS_FILE} "
+            "or their MEMHONCHO_<KEY> variables",
+        )
+    return Check("settings", PASS, "every setting is valid")
+
+
+def check_key(context: Context) -> Check:
+    if context.api_key() is None:
+        return Check(
+            "api_key",
+            FAIL,
+            "no Honcho API key is configured; captures wait on disk",
+            f'write {{"api-key": "..."}} to {context.config_dir / settings_module.SECRETS_FILE} '
+            "or set MEMHONCHO_API_KEY",
+        )
+    return Check("api_key", PASS, "a Honcho API key is configured")
+
+
+def check_data_dir(context: Context) -> Check:
+    probe_dir = context.layout.root / "state"
+    probe = probe_dir / f".doctor-{os.getpid()}.probe"
+    try:
+        probe_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"memhoncho doctor\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        dir_fd = os.open(probe_dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        probe.unlink()
+    except OSError as exc:
+        return Check(
+            "data_dir",
+            FAIL,
+            f"{context.data_dir} is not writable with fsync ({exc.strerror or type(exc).__name__})",
+            "give every memhoncho process write access to the data dir, on a local disk "
+            "or a volume that honours fsync",
+        )
+    return Check("data_dir", PASS, f"{context.data_dir} is writable and fsync works")
+
+
+def _app(context: Context) -> Any:
+    from memhoncho.celery_app import create_app
+
+    return create_app(context, role="worker")
+
+
+def check_broker(context: Context, app: Any) -> Check:
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_S)
+    except Exception as exc:
+        return Check(
+            "broker",
+            FAIL,
+            f"the broker is unreachable ({type(exc).__name__})",
+            "start the broker (Redis) or fix broker_url; captures wait on disk meanwhile",
+        )
+    return Check("broker", PASS, f"the {app.conf.broker_url.split(':', 1)[0]} broker answers")
+
+
+def check_workers(context: Context, app: Any) -> Check:
+    wanted = routing.deliver_queues(context.settings().partitions)
+    try:
+        replies = app.control.inspect(timeout=INSPECT_TIMEOUT_S).active_queues() or {}
+    except Exception as exc:
+        return Check(
+            "workers",
+            FAIL,
+            f"workers could not be asked ({type(exc).__name__})",
+            "make the broker reachable, then start workers",
+        )
+    consumed = {q["name"] for queues in replies.values() for q in queues or []}
+    missing = [q for q in wanted if q not in consumed]
+    if missing:
+        return Check(
+            "workers",
+            FAIL,
+            f"{len(replies)} worker(s) answered; no worker consumes {', '.join(missing)}",
+            "start workers with -Q covering every memhoncho.deliver.N queue "
+            "(and memhoncho.recall,memhoncho.maintenance)",
+        )
+    return Check(
+        "workers", PASS, f"{len(replies)} worker(s) consume all {len(wanted)} deliver queues"
+    )
+
+
+def check_beat(context: Context) -> Check:
+    try:
+        store = results.store_for(context.settings().broker_url, context.data_dir)
+        beats = store.live_beats(time.time())
+    except Exception as exc:
+        return Check(
+            "beat",
+            FAIL,
+            f"beat heartbeats cannot be read ({type(exc).__name__})",
+            "make the broker (Redis) reachable",
+        )
+    if len(beats) == 1:
+        return Check("beat", PASS, "exactly one beat is running")
+    if not beats:
+        return Check(
+            "beat",
+            FAIL,
+            "no beat is running: the sweep and refreshes never fire",
+            "start exactly one `celery -A memhoncho.celery_app beat`",
+        )
+    return Check(
+        "beat",
+        FAIL,
+        f"{len(beats)} beats are running ({', '.join(sorted(beats))}): periodic tasks fire twice",
+        "stop all but one beat",
+    )
+
+
+def check_honcho(context: Context) -> Check:
+    try:
+        from memhoncho import honcho
+
+        target = context.honcho_target(timeout_s=HONCHO_TIMEOUT_S)
+        honcho.find_sessions(honcho.read_client(target, HONCHO_TIMEOUT_S), PROBE_FILTER)
+    except MemhonchoError as exc:
+        return Check(
+            "honcho",
+            FAIL,
+            f"Honcho is not usable: {exc.code}: {exc.message}",
+            "check base_url, the API key and the workspace; deliveries retry until it answers",
+        )
+    except Exception as exc:
+        return Check("honcho", FAIL, f"Honcho probe failed ({type(exc).__name__})", "see the logs")
+    current = context.settings()
+    return Check("honcho", PASS, f"Honcho answers and workspace {current.workspace_id!r} is usable")
+
+
+def run_checks(context: Context) -> list[Check]:
+    checks: list[Check] = []
+    steps: list[Callable[[], Check]] = [
+        lambda: check_settings(context),
+        lambda: check_key(context),
+        lambda: check_data_dir(context),
+    ]
+    for step in steps:
+        checks.append(step())
+    try:
+        app = _app(context)
+    except Exception as exc:
+        checks.append(Check("broker", FAIL, f"the Celery app cannot be built ({exc})", "see logs"))
+        app = None
+    if app is not None:
+        try:
+            checks.append(check_broker(context, app))
+            if checks[-1].verdict == PASS:
+                checks.append(check_workers(context, app))
+            else:
+                checks.append(
+                    Check("workers", FAIL, "not checked: the broker is unreachable", "fix broker")
+                )
+        finally:
+            app.close()
+    checks.append(check_beat(context))
+    checks.append(check_honcho(context))
+    return checks
+
+
+def render(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{c.verdict.upper():<4}  {c.name:<{width}}  {c.detail}")
+        if c.verdict != PASS and c.action:
+            lines.append(f"{'':<4}  {'':<{width}}  -> {c.action}")
+    return "\n".join(lines)
+
+
+def failed(checks: list[Check]) -> bool:
+    return any(c.verdict == FAIL for c in checks)

@@ -1,0 +1,312 @@
+"""The status view: task results joined with the store's census and the broker's queue depths.
+
+``status_view(context)`` never raises and never shows a silent zero: a bucket whose files or
+server cannot be read says ``"state": "degraded"`` with its reasons, and a figure that is not
+known is ``None``. It stays cheap (the store census is cached by file stat).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from memhoncho import results, routing, status_render
+from memhoncho.context import Context
+from memhoncho.settings import Settings
+from memhoncho.store.summary import Census, SummaryCache
+
+BROKER_TIMEOUT_S = 0.5  # seconds; a broker that is down answers "degraded", not a hang
+REDIS_PRIORITY_SEP = "\x06\x16"  # kombu's Redis transport: queue key of priority n is q+sep+n
+REDIS_PRIORITY_STEPS = (0, 3, 6, 9)
+OK = "ok"
+DEGRADED = "degraded"
+
+
+def _bucket(errors: list[str], **figures: Any) -> dict[str, Any]:
+    bucket: dict[str, Any] = {"state": DEGRADED if errors else OK, **figures}
+    if errors:
+        bucket["reasons"] = errors
+    return bucket
+
+
+def _guarded(name: str, build: Any) -> dict[str, Any]:
+    """A bucket that fails to build says why instead of failing the whole view."""
+    try:
+        value: dict[str, Any] = build()
+        return value
+    except Exception as exc:
+        return {"state": DEGRADED, "reasons": [f"{name}: {type(exc).__name__}"]}
+
+
+def honcho_host(base_url: str) -> str:
+    """scheme://host[:port] of the Honcho URL: no credentials, path or query."""
+    try:
+        parts = urlsplit(base_url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(unparsable URL)"
+    return f"{parts.scheme}://{host}{port}" if parts.scheme else "(unparsable URL)"
+
+
+def broker_kind(current: Settings) -> str:
+    if not current.broker_url:
+        return "embedded"
+    return "redis" if results.is_redis(current.broker_url) else "other"
+
+
+def config_summary(context: Context, current: Settings) -> dict[str, Any]:
+    return {
+        "state": OK,
+        "configured": context.api_key() is not None,
+        "honcho_host": honcho_host(current.base_url),
+        "workspace": current.workspace_id,
+        "broker": broker_kind(current),
+        "partitions": current.partitions,
+    }
+
+
+# ---- last delivery -----------------------------------------------------------------------
+
+
+def read_marker(path: Path) -> tuple[float | None, str | None]:
+    """(timestamp, None), (None, None) when absent, or (None, reason) when unreadable."""
+    try:
+        value = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot read {path.name} ({exc.strerror or type(exc).__name__})"
+    except ValueError:
+        return None, f"{path.name} is not valid JSON"
+    stamp = None
+    if isinstance(value, dict):
+        stamp = value.get("at", value.get("last_delivery_at", value.get("delivered_at")))
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float):
+        return None, f"{path.name} holds no delivery time"
+    return float(stamp), None
+
+
+def last_delivery(context: Context, census: Census) -> dict[str, Any]:
+    """The marker and the ledgers' newest delivery: the newer wins; neither is ever guessed."""
+    marker_at, marker_error = read_marker(context.layout.last_delivery)
+    ledgers_at = census.newest_delivery_at
+    candidates = [(t, s) for t, s in ((marker_at, "marker"), (ledgers_at, "ledgers")) if t]
+    at, source = max(candidates) if candidates else (None, None)
+    marker = {"state": "unreadable" if marker_error else ("ok" if marker_at else "absent")}
+    if marker_error:
+        marker["reason"] = marker_error
+    errors = [f"marker: {marker_error}"] if marker_error else []
+    return _bucket(
+        errors,
+        at=at,
+        source=source,
+        marker_at=marker_at,
+        ledgers_at=ledgers_at,
+        marker=marker,
+    )
+
+
+# ---- store buckets -----------------------------------------------------------------------
+
+
+def outbox_bucket(census: Census, now: float) -> dict[str, Any]:
+    errors = list(census.outbox_errors)
+    if census.upper_bound_conversations:
+        errors.append(
+            f"{census.upper_bound_conversations} conversation(s) have a corrupt ledger: "
+            "their pending figures are upper bounds"
+        )
+    oldest = census.oldest_pending_at
+    return _bucket(
+        errors,
+        conversations=census.conversations,
+        conversations_pending=census.conversations_pending,
+        pending_batches=census.pending_batches,
+        pending_messages=census.pending_messages,
+        oldest_pending_age_s=round(max(0.0, now - oldest), 3) if oldest else None,
+        corrupt_lines_awaiting_quarantine=census.corrupt_outbox_lines,
+    )
+
+
+def forks_bucket(context: Context) -> dict[str, Any]:
+    """Pending fork records; the forks module's own summary when it offers one."""
+    try:
+        from memhoncho import forks  # type: ignore[attr-defined, unused-ignore]
+
+        summary = getattr(forks, "fork_summary", None)
+    except ImportError:
+        summary = None
+    if summary is not None:
+        value = dict(summary(context.layout))
+        value.setdefault("state", OK)
+        return value
+    try:
+        names = [n for n in os.listdir(context.layout.pending_forks_dir) if n.endswith(".json")]
+    except FileNotFoundError:
+        names = []
+    return _bucket([], pending=len(names))
+
+
+def departures_bucket(context: Context) -> dict[str, Any]:
+    directory = context.layout.departures_dir
+    errors: list[str] = []
+    notices: list[dict[str, Any]] = []
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        try:
+            value = json.loads((directory / name).read_bytes())
+            notices.append(
+                {
+                    "peer_id": value.get("peer_id", name[:-5]),
+                    "at": value.get("at"),
+                    "purged": bool(value.get("purged")),
+                }
+            )
+        except (OSError, ValueError, AttributeError):
+            errors.append(f"departure notice {name} cannot be read")
+    return _bucket(errors, count=len(names), notices=notices)
+
+
+# ---- broker ------------------------------------------------------------------------------
+
+
+def queue_names(current: Settings) -> list[str]:
+    return [
+        *routing.deliver_queues(current.partitions),
+        routing.RECALL_QUEUE,
+        routing.MAINTENANCE_QUEUE,
+    ]
+
+
+def _redis_depths(url: str, names: list[str]) -> dict[str, int]:
+    import redis
+
+    client = redis.Redis.from_url(
+        url, socket_connect_timeout=BROKER_TIMEOUT_S, socket_timeout=BROKER_TIMEOUT_S
+    )
+    try:
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            for pri in REDIS_PRIORITY_STEPS:
+                pipe.llen(f"{name}{REDIS_PRIORITY_SEP}{pri}" if pri else name)
+        sizes = pipe.execute()
+    finally:
+        client.close()
+    steps = len(REDIS_PRIORITY_STEPS)
+    return {name: sum(sizes[i * steps : (i + 1) * steps]) for i, name in enumerate(names)}
+
+
+def _filesystem_depths(queue_dir: Path, names: list[str]) -> dict[str, int]:
+    """kombu's filesystem transport names a message ``<ms>_<uuid>.<queue>.msg``."""
+    depths = dict.fromkeys(names, 0)
+    with os.scandir(queue_dir) as entries:
+        for entry in entries:
+            queue = entry.name.partition(".")[2]
+            if queue.endswith(".msg") and queue[:-4] in depths:
+                depths[queue[:-4]] += 1
+    return depths
+
+
+def queues_bucket(context: Context, current: Settings) -> dict[str, Any]:
+    names = queue_names(current)
+    kind = broker_kind(current)
+    try:
+        if kind == "redis":
+            assert current.broker_url is not None
+            depths = _redis_depths(current.broker_url, names)
+        elif kind == "embedded":
+            depths = _filesystem_depths(context.layout.broker_dir / "queue", names)
+        else:
+            return _bucket([f"queue depths are not read from a {kind} broker"], depths=None)
+    except FileNotFoundError:
+        return _bucket(["the embedded broker's queue folder does not exist yet"], depths=None)
+    except Exception as exc:
+        return _bucket([f"broker unreachable ({type(exc).__name__})"], depths=None)
+    return _bucket([], broker=kind, depths=depths, total=sum(depths.values()))
+
+
+# ---- tasks -------------------------------------------------------------------------------
+
+
+def tasks_bucket(context: Context, current: Settings, now: float) -> dict[str, Any]:
+    try:
+        store = results.store_for(current.broker_url, context.data_dir)
+        found = store.all()
+        beats = store.live_beats(now)
+    except Exception as exc:
+        return _bucket([f"task results unreadable ({type(exc).__name__})"], tasks=None)
+    return _bucket(
+        [],
+        tasks={name: result.as_dict() for name, result in found.items()},
+        live_beats=len(beats),
+    )
+
+
+# ---- the view ----------------------------------------------------------------------------
+
+
+class StatusReader:
+    """Builds the view; keep one for repeated reads (the HTTP server) to reuse its cache."""
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self._summary = SummaryCache(context.layout)
+
+    def read(self) -> dict[str, Any]:
+        now = time.time()
+        context = self.context
+        try:
+            current = context.settings()
+        except Exception as exc:
+            return {"state": DEGRADED, "degraded": ["config"], "reasons": [type(exc).__name__]}
+        census_error = ""
+        try:
+            census: Census | None = self._summary.census()
+        except Exception as exc:
+            census = None
+            census_error = type(exc).__name__
+        view: dict[str, Any] = {"generated_at": now}
+        view["config"] = _guarded("config", lambda: config_summary(context, current))
+        if census is not None:
+            c = census
+            view["last_delivery"] = _guarded("last_delivery", lambda: last_delivery(context, c))
+            view["outbox"] = outbox_bucket(c, now)
+            view["ledgers"] = _bucket(c.ledger_errors, count=c.ledgers, honcho_sessions=c.sessions)
+            view["dead_letters"] = _bucket(
+                c.dead_errors, files=c.dead_files, records=c.dead_records
+            )
+            view["quarantine"] = _bucket(
+                c.quarantine_errors, files=c.quarantine_files, lines=c.quarantined_lines
+            )
+        else:
+            for name in ("last_delivery", "outbox", "ledgers", "dead_letters", "quarantine"):
+                view[name] = _bucket([f"store census failed ({census_error})"])
+        view["forks"] = _guarded("forks", lambda: forks_bucket(context))
+        view["departures"] = _guarded("departures", lambda: departures_bucket(context))
+        view["queues"] = _guarded("queues", lambda: queues_bucket(context, current))
+        view["tasks"] = _guarded("tasks", lambda: tasks_bucket(context, current, now))
+        view["last_delivery_at"] = view["last_delivery"].get("at")
+        degraded = sorted(
+            name for name, b in view.items() if isinstance(b, dict) and b.get("state") == DEGRADED
+        )
+        view["state"] = DEGRADED if degraded else OK
+        view["degraded"] = degraded
+        return view
+
+
+def status_view(context: Context) -> dict[str, Any]:
+    """The status view, once (the CLI); never raises."""
+    return StatusReader(context).read()
+
+
+def render_table(view: dict[str, Any]) -> str:
+    """The view as the readable table ``memhoncho status`` prints."""
+    return status_render.table(view)

@@ -1,0 +1,157 @@
+"""The status server: bearer token, the JSON view, Prometheus text; and the status CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memhoncho import cli
+from memhoncho.context import Context
+from memhoncho.errors import ConfigError
+from memhoncho.status_http import METRICS_PATH, STATUS_PATH, StatusServer, status_token
+
+TOKEN = "status-token-for-tests-0123456789"
+
+
+def _get(url: str, token: str | None = None, scheme: str = "Bearer") -> tuple[int, bytes, str]:
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"{scheme} {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+            return response.status, response.read(), response.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), exc.headers.get("Content-Type") or ""
+
+
+@pytest.fixture
+def server(config_dir: Path, data_dir: Path) -> Iterator[StatusServer]:
+    (config_dir / "secrets.json").write_text(
+        json.dumps({"status-token": TOKEN, "api-key": "sk-KEY"})
+    )
+    running = StatusServer(Context(config_dir, data_dir), "127.0.0.1", 0)
+    thread = threading.Thread(
+        target=running.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    yield running
+    running.shutdown()
+    running.server_close()
+    thread.join(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("token", "scheme"),
+    [(None, "Bearer"), ("wrong", "Bearer"), (TOKEN, "Basic"), (TOKEN[:-1], "Bearer"), ("", "")],
+    ids=["none", "wrong", "wrong-scheme", "prefix", "empty"],
+)
+@pytest.mark.parametrize("path", [STATUS_PATH, METRICS_PATH, "/elsewhere"])
+def test_a_request_without_the_right_token_gets_401_and_nothing_else(
+    server: StatusServer, token: str | None, scheme: str, path: str
+) -> None:
+    status, body, content_type = _get(server.url + path, token, scheme)
+    assert (status, body, content_type) == (401, b"", "")
+
+
+def test_the_status_path_answers_the_view_as_json(server: StatusServer) -> None:
+    status, body, content_type = _get(server.url + STATUS_PATH, TOKEN)
+    assert status == 200 and content_type == "application/json"
+    view = json.loads(body)
+    assert view["config"]["configured"] is True
+    assert "sk-KEY" not in body.decode() and TOKEN not in body.decode()
+
+
+SAMPLE = re.compile(
+    r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?P<labels>[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"'
+    r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*")*)?\})? (?P<value>[-+]?(\d+(\.\d*)?|\.\d+)'
+    r"([eE][-+]?\d+)?|[-+]?Inf|NaN)$"
+)
+
+
+def _parse_prometheus(text: str) -> dict[str, dict[str, float]]:
+    """A strict reader of text format 0.0.4: HELP/TYPE before samples, families not interleaved."""
+    assert text.endswith("\n")
+    families: dict[str, dict[str, float]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name = line.split(" ", 3)[2]
+            assert name not in families, f"family {name} interleaved or repeated"
+            families[name] = {}
+            current = name
+        elif line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert name == current and kind in ("gauge", "counter")
+        else:
+            match = SAMPLE.match(line)
+            assert match, f"not a sample line: {line!r}"
+            assert match["name"] == current, f"{match['name']} outside its family"
+            families[current][match["labels"] or ""] = float(match["value"])
+    return families
+
+
+def test_metrics_are_prometheus_text_that_parses(server: StatusServer, data_dir: Path) -> None:
+    from memhoncho.store.atomic import write_json
+
+    write_json(data_dir / "state" / "last-delivery.json", {"at": 1234.5})
+    status, body, content_type = _get(server.url + METRICS_PATH, TOKEN)
+    assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
+    families = _parse_prometheus(body.decode())
+    assert families["memhoncho_up"] == {"": 1.0}
+    assert families["memhoncho_pending_batches"] == {"": 0.0}
+    assert families["memhoncho_last_delivery_timestamp_seconds"] == {"": 1234.5}
+    assert families["memhoncho_bucket_degraded"]['bucket="outbox"'] == 0.0
+
+
+def test_unknown_figures_are_left_out_of_the_metrics_not_zeroed(
+    server: StatusServer, data_dir: Path
+) -> None:
+    (data_dir / "state" / "ledger").mkdir(parents=True)
+    (data_dir / "state" / "ledger" / "c.json").write_text("{torn")
+    (data_dir / "state" / "last-delivery.json").write_text("garbage")
+    families = _parse_prometheus(_get(server.url + METRICS_PATH, TOKEN)[1].decode())
+    assert "memhoncho_last_delivery_timestamp_seconds" not in families
+    assert families["memhoncho_bucket_degraded"]['bucket="ledgers"'] == 1.0
+    assert families["memhoncho_bucket_degraded"]['bucket="last_delivery"'] == 1.0
+
+
+def test_the_server_refuses_to_start_without_a_token(config_dir: Path, data_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="status token"):
+        StatusServer(Context(config_dir, data_dir), "127.0.0.1", 0)
+
+
+def test_the_token_comes_from_secrets_first_then_the_setting(
+    config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    context = Context(config_dir, data_dir)
+    assert status_token(context) is None
+    monkeypatch.setenv("MEMHONCHO_STATUS_TOKEN", "from-env")
+    assert status_token(context) == "from-env"
+    (config_dir / "secrets.json").write_text(json.dumps({"status-token": {"value": "stored"}}))
+    assert status_token(context) == "stored"
+
+
+def test_memhoncho_status_prints_a_table_or_json(
+    capsys: pytest.CaptureFixture[str], config_dir: Path, data_dir: Path
+) -> None:
+    assert cli.main(["status"]) == 0
+    table = capsys.readouterr().out
+    assert "pending_batches" in table and "last_delivery_at" in table
+    assert cli.main(["status", "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert view["outbox"]["pending_batches"] == 0
+    assert view["config"]["configured"] is False
+
+
+def test_memhoncho_serve_status_without_a_token_exits_with_the_config_error(
+    capsys: pytest.CaptureFixture[str], config_dir: Path, data_dir: Path
+) -> None:
+    assert cli.main(["serve-status", "--port", "0"]) == 2
+    assert "ERR_CONFIG" in capsys.readouterr().err
