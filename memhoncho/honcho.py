@@ -49,6 +49,7 @@ __all__ = [
     "representation",
     "search_user_messages",
     "session_context",
+    "session_metadata",
     "session_peer_ids",
     "set_session_metadata",
     "write_client",
@@ -262,6 +263,12 @@ def find_sessions(client: Honcho, metadata_filter: dict[str, Any]) -> list[dict[
             }
             for s in page
         ]
+
+
+def session_metadata(client: Honcho, session_id: str) -> dict[str, Any]:
+    """The session's metadata as Honcho holds it now (a get-or-create: the session must exist)."""
+    with _translated():
+        return dict(Session(session_id, client).get_metadata())
 
 
 def set_session_metadata(client: Honcho, session_id: str, metadata: dict[str, Any]) -> None:

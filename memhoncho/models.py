@@ -98,10 +98,11 @@ class ForkDecision(BaseModel):
 
     parent_id: str
     at_entry: int
-    outcome: Literal["clone", "none-window", "none-empty", "none-unknown-parent"]
+    outcome: Literal["clone", "none-window", "none-empty", "none-unknown-parent", "none-timeout"]
     anchor_entry: int | None = None
     parent_session_id: str | None = None
     decided_at: float
+    reason: str | None = None  #: why, in words an operator reads in the status view
 
 
 class Ledger(BaseModel):
