@@ -191,6 +191,14 @@ class Host:
             raise ValueError(f"via must be 'process' or 'celery', not {via!r}")
         return recall_tools.call_tool(self.context, name, arguments, owner)
 
+    # ---- departures ---------------------------------------------------------------------
+
+    def user_deleted(self, owner: str | None, purge: bool = False) -> dict[str, Any]:
+        """Record that ``owner`` left; ``purge=True`` also removes their local pending data."""
+        from memhoncho import departures
+
+        return departures.user_deleted(self.context, owner, purge=purge).as_dict()
+
     # ---- shutdown -----------------------------------------------------------------------
 
     def close(self, timeout: float = 25) -> None:

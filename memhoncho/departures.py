@@ -1,0 +1,119 @@
+"""A user left the host: record the departure and, when asked, purge what memhoncho keeps of them.
+
+``user_deleted`` writes ``state/departures/<peer>.json`` (the status view lists it). With
+``purge=True`` it also removes, from this machine, the user's undelivered outbox records and the
+representation caches of the user's conversations, and says what it removed. What Honcho
+already holds is not touched here: deleting it there is the operator's call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from memhoncho import ids
+from memhoncho.context import Context
+from memhoncho.errors import CorruptFile
+from memhoncho.store.atomic import fsync_dir, write_json
+from memhoncho.store.layout import Layout
+from memhoncho.store.ledger import read_ledger
+from memhoncho.store.outbox import Outbox, Record
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Departure:
+    """What ``user_deleted`` did. Conversation keys are file-name keys, never raw ids."""
+
+    peer_id: str
+    at: float
+    purged: bool
+    conversations: list[str] = field(default_factory=list)  #: keys purged of this user
+    records_removed: int = 0
+    messages_removed: int = 0
+    caches_removed: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _owned_by(record: Record, owner: str | None) -> bool:
+    return record.get("owner") == owner
+
+
+def _ledger_owner(layout: Layout, key: str) -> tuple[bool, str | None]:
+    """(known, owner) from the conversation's ledger; unknown when absent or corrupt."""
+    try:
+        ledger = read_ledger(layout, key)
+    except CorruptFile:
+        return False, None
+    return (True, ledger.owner) if ledger is not None else (False, None)
+
+
+def _cache_keys(layout: Layout) -> Iterable[str]:
+    try:
+        names = os.listdir(layout.cache_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
+
+
+def _purge(context: Context, owner: str | None, departure: Departure) -> None:
+    layout = context.layout
+    outbox = Outbox(layout)
+    owners: dict[str, bool] = {}  # key -> this user owns the conversation
+    for key in layout.conversation_keys():
+        kept, dropped = outbox.rewrite(key, lambda r: not _owned_by(r, owner))
+        owned = bool(dropped) and not kept
+        if not kept and not dropped:  # an outbox with nothing pending: ask the ledger
+            known, ledger_owner = _ledger_owner(layout, key)
+            owned = known and ledger_owner == owner
+        owners[key] = owned or bool(dropped)
+        if dropped:
+            departure.conversations.append(key)
+            departure.records_removed += len(dropped)
+            departure.messages_removed += sum(len(r.get("messages") or []) for r in dropped)
+    removed_cache = False
+    for key in _cache_keys(layout):
+        owned = owners.get(key)
+        if owned is None:
+            known, ledger_owner = _ledger_owner(layout, key)
+            owned = known and ledger_owner == owner
+        if not owned:
+            continue
+        try:
+            layout.cache(key).unlink()
+        except FileNotFoundError:
+            continue
+        removed_cache = True
+        departure.caches_removed += 1
+        if key not in departure.conversations:
+            departure.conversations.append(key)
+    if removed_cache:
+        fsync_dir(layout.cache_dir)
+
+
+def user_deleted(context: Context, owner: str | None, *, purge: bool = False) -> Departure:
+    """Record that ``owner`` left; with ``purge`` remove their pending records and caches here."""
+    peer = ids.peer_id(owner)  # refuses a malformed name before anything changes
+    departure = Departure(peer_id=peer, at=time.time(), purged=purge)
+    if purge:
+        _purge(context, owner, departure)
+    departure.conversations.sort()
+    write_json(context.layout.departures_dir / f"{peer}.json", departure.as_dict())
+    log.warning(
+        "user departed" + (" and was purged locally" if purge else ""),
+        extra={
+            "action": "user_departed",
+            "peer": peer,
+            "purged": purge,
+            "records_removed": departure.records_removed,
+            "caches_removed": departure.caches_removed,
+        },
+    )
+    return departure
