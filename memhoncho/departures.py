@@ -80,11 +80,12 @@ def _purge(context: Context, owner: str | None, departure: Departure) -> None:
             departure.messages_removed += sum(len(r.get("messages") or []) for r in dropped)
     removed_cache = False
     for key in _cache_keys(layout):
-        owned = owners.get(key)
-        if owned is None:
+        if key in owners:
+            owns = owners[key]
+        else:
             known, ledger_owner = _ledger_owner(layout, key)
-            owned = known and ledger_owner == owner
-        if not owned:
+            owns = known and ledger_owner == owner
+        if not owns:
             continue
         try:
             layout.cache(key).unlink()
