@@ -22,10 +22,10 @@ from memhoncho import ids, recall
 from memhoncho import tools as recall_tools
 from memhoncho.capture import build_record, is_selected
 from memhoncho.context import Context
-from memhoncho.errors import CaptureTooLarge, CorruptFile, InvalidEvent
+from memhoncho.errors import CorruptFile, InvalidEvent
 from memhoncho.models import CaptureResult, CaptureStatus, RunEvent
 from memhoncho.store.ledger import LedgerCache
-from memhoncho.store.outbox import Outbox, encode_line
+from memhoncho.store.outbox import Outbox
 
 if TYPE_CHECKING:
     from memhoncho.memory import Sections
@@ -74,18 +74,13 @@ class Host:
         )
         if record is None:
             return CaptureResult(status=CaptureStatus.EMPTY)
-        size = len(encode_line({**record, "seq": 0}))
-        if size > current.max_batch_bytes:
-            raise CaptureTooLarge(
-                f"the run is {size} bytes; the limit is {current.max_batch_bytes} bytes",
-                limit=current.max_batch_bytes,
-            )
-        appended = self.outbox.append(
+        appended = self.outbox.append(  # CaptureTooLarge past max_batch_bytes, encoded once
             key,
             record,
             max_pending=current.max_pending_batches,
             delivered_seq=lambda: self._delivered_seq(key),
             delivered_before=lambda batch: self._delivered_before(key, batch),
+            max_bytes=current.max_batch_bytes,
         )
         if appended.duplicate:
             return CaptureResult(status=CaptureStatus.DUPLICATE, batch_id=record["batch_id"])
@@ -115,6 +110,9 @@ class Host:
                 from memhoncho.celery_app import create_app
 
                 self._app = create_app(self.context, role="host")
+                # A "task-sent" event is a second broker publish on every capture; workers
+                # still report received/started/succeeded to Flower.
+                self._app.conf.task_send_sent_event = False
                 # Import the transport now (no connection is made), not on the first capture.
                 self._app.connection_for_write().transport  # noqa: B018
             return self._app

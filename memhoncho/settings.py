@@ -9,9 +9,12 @@ stored secret (``<config_dir>/secrets.json``, section ``api-key``) first, then
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +77,55 @@ def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return Path(env) if env else Path.home() / ".local" / "share" / "memhoncho"
 
 
+RACY_S = 0.05  # seconds; a file changed this recently may change again within one mtime tick
+
+
+@dataclass(frozen=True)
+class _Read:
+    """One file's parsed content, and the stat it was read under."""
+
+    stamp: tuple[int, int, int, int]  # inode, size, mtime and ctime in ns
+    trusted: bool  # False while the file is too new to trust its stamp
+    generation: int  # bumps at every real read, so a derived cache knows it is stale
+    value: dict[str, Any]
+
+
+_reads: dict[Path, _Read] = {}
+_generations = itertools.count(1)
+_loaded: dict[Path, tuple[tuple[object, ...], Settings]] = {}
+
+
+def _read_json_cached(path: Path) -> _Read:
+    """The JSON object in ``path``, re-read only when its stat changes (so changes stay live).
+
+    Timestamps are coarse (one kernel tick), so a file whose ctime is within ``RACY_S`` of the
+    read is re-read next time too, as git does for its index: an in-place rewrite of the same
+    size within one tick is never missed.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return _MISSING
+    except OSError:
+        st = None
+    if st is not None:
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        cached = _reads.get(path)
+        if cached is not None and cached.trusted and cached.stamp == stamp:
+            return cached
+        read_at_ns = time.time_ns()
+    value = _read_json_object(path)
+    if st is None:
+        return _Read((0, 0, 0, 0), False, next(_generations), value)
+    trusted = stamp[3] < read_at_ns - int(RACY_S * 1e9)
+    fresh = _Read(stamp, trusted, next(_generations), value)
+    _reads[path] = fresh
+    return fresh
+
+
+_MISSING = _Read((0, 0, 0, 0), True, 0, {})
+
+
 def _read_json_object(path: Path) -> dict[str, Any]:
     try:
         raw = path.read_text(encoding="utf-8")
@@ -93,8 +145,13 @@ def _read_json_object(path: Path) -> dict[str, Any]:
     return value
 
 
-def _raw_values(cfg: Path) -> dict[str, Any]:
-    values = {k: v for k, v in _read_json_object(cfg / SETTINGS_FILE).items() if k in FIELDS}
+_ENV_NAMES = tuple(ENV_PREFIX + name.upper() for name in FIELDS)
+
+
+def _raw_values(cfg: Path, in_file: dict[str, Any] | None = None) -> dict[str, Any]:
+    if in_file is None:
+        in_file = _read_json_cached(cfg / SETTINGS_FILE).value
+    values = {k: v for k, v in in_file.items() if k in FIELDS}
     for name in FIELDS:
         env = os.environ.get(ENV_PREFIX + name.upper())
         if env is not None:
@@ -103,8 +160,23 @@ def _raw_values(cfg: Path) -> dict[str, Any]:
 
 
 def load(config: str | os.PathLike[str] | None = None) -> Settings:
-    """Read the settings now. Each invalid key is named in a warning and takes its default."""
-    values = _raw_values(config_dir(config))
+    """The settings now. Each invalid key is named in a warning and takes its default.
+
+    Live: the file's stat and the environment are checked at every call; only an unchanged
+    file and environment reuse the last result (and do not repeat its warnings).
+    """
+    cfg = config_dir(config)
+    read = _read_json_cached(cfg / SETTINGS_FILE)
+    key = (read.generation, tuple(os.environ.get(name) for name in _ENV_NAMES))
+    cached = _loaded.get(cfg)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    current = _validate(_raw_values(cfg, read.value))
+    _loaded[cfg] = (key, current)
+    return current
+
+
+def _validate(values: dict[str, Any]) -> Settings:
     try:
         return Settings(**values)
     except ValidationError as exc:
@@ -125,7 +197,7 @@ def invalid_keys(config: str | os.PathLike[str] | None = None) -> list[str]:
 
 def api_key(config: str | os.PathLike[str] | None = None) -> str | None:
     """The Honcho API key: the stored secret first, then ``MEMHONCHO_API_KEY``; None if neither."""
-    stored = _read_json_object(config_dir(config) / SECRETS_FILE).get(API_KEY_SECTION)
+    stored = _read_json_cached(config_dir(config) / SECRETS_FILE).value.get(API_KEY_SECTION)
     if isinstance(stored, dict):
         stored = stored.get("value")
     if isinstance(stored, str) and stored.strip():

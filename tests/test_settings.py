@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,32 @@ def test_dirs_come_from_the_environment_when_not_given(
     assert settings.config_dir() == tmp_path / "c"
     assert settings.data_dir() == tmp_path / "d"
     assert settings.config_dir(tmp_path / "x") == tmp_path / "x"
+
+
+def test_an_in_place_rewrite_of_the_same_size_applies_at_the_next_call(config_dir: Path) -> None:
+    """Timestamps are coarse: a same-size rewrite within one tick must not be missed."""
+    _write_settings(config_dir, {"search_limit": 3})
+    path = config_dir / settings.SETTINGS_FILE
+    for value in (5, 3, 7, 4, 9) * 4:
+        with open(path, "r+b") as handle:
+            handle.write(json.dumps({"search_limit": value}).encode())
+        assert settings.load(config_dir).search_limit == value
+
+
+def test_an_unchanged_settings_file_is_not_read_again(
+    config_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_settings(config_dir, {"search_limit": 3})
+    (config_dir / settings.SECRETS_FILE).write_text('{"api-key": "k"}', encoding="utf-8")
+    time.sleep(settings.RACY_S * 2)  # older than a clock tick: its stat can be trusted
+    assert settings.load(config_dir).search_limit == 3
+    assert settings.api_key(config_dir) == "k"
+    reads: list[Path] = []
+    real = settings._read_json_object
+    monkeypatch.setattr(settings, "_read_json_object", lambda p: reads.append(p) or real(p))
+    for _ in range(5):
+        assert settings.load(config_dir).search_limit == 3
+        assert settings.api_key(config_dir) == "k"
+    assert reads == []
+    monkeypatch.setenv("MEMHONCHO_SEARCH_LIMIT", "6")  # the environment is checked every call
+    assert settings.load(config_dir).search_limit == 6

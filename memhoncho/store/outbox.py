@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memhoncho.errors import OutboxCapacity, StoreError
+from memhoncho.errors import CaptureTooLarge, OutboxCapacity, StoreError
 from memhoncho.store.atomic import append_durably, fsync_dir, write_bytes
 from memhoncho.store.layout import Layout
 from memhoncho.store.locks import file_lock
@@ -193,16 +193,18 @@ class Outbox:
         max_pending: int,
         delivered_seq: Callable[[], int],
         delivered_before: Callable[[str], bool],
+        max_bytes: int | None = None,
     ) -> Appended:
         """Append ``record`` (a ``seq`` is assigned) and fsync, unless its batch is known.
 
         ``delivered_seq`` and ``delivered_before`` read the ledger; they are called only when
         needed. Raises OutboxCapacity when the conversation already has ``max_pending``
-        undelivered batches.
+        undelivered batches, CaptureTooLarge when the line would exceed ``max_bytes``.
         """
         path = self.layout.outbox(key)
         with file_lock(self.layout.outbox_lock(key)):
             fd, created = _open_for_append(path)
+            wrote = False
             try:
                 tail = self._current_tail(key, fd)
                 if tail is None:  # the file was repaired: append to the new one
@@ -228,11 +230,20 @@ class Outbox:
                 seq = max(tail.last_seq + 1, floor + 1, time.time_ns() // 1000)
                 stored = {**record, "seq": seq}
                 line = encode_line(stored)
+                if max_bytes is not None and len(line) > max_bytes:
+                    raise CaptureTooLarge(
+                        f"the run is {len(line)} bytes; the limit is {max_bytes} bytes",
+                        limit=max_bytes,
+                    )
                 self._write_all(fd, line, tail.size)
+                wrote = True
                 tail.advance([(stored, line)])
             finally:
                 if fd >= 0:
                     os.close(fd)
+                if created and not wrote:  # refused: leave no empty file behind either
+                    path.unlink(missing_ok=True)
+                    self._tails.pop(key, None)
             if created:
                 fsync_dir(path.parent)
         return Appended(duplicate=False, seq=seq)

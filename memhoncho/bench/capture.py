@@ -1,0 +1,215 @@
+"""``memhoncho bench capture``: Host.capture against the bare floor it cannot beat.
+
+Both are measured in the same run, interleaved sample by sample: ``Host.capture`` of a typical
+run with an API key and a live broker (Redis on 127.0.0.1:6379 db 14 when it answers, else the
+embedded filesystem broker), and the floor: append + fsync of the same line to a file, then one
+kombu publish of the same bytes on the same broker. Their ratio is the price of everything
+memhoncho adds (validation, lock, ledger check, routing, the Celery message). Goal: <= 1.2.
+A second Host with a broker that is down shows that capture does not wait on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kombu import Connection, Exchange, Producer, Queue
+
+from memhoncho import ids
+from memhoncho.host import Host
+from memhoncho.settings import SECRETS_FILE, SETTINGS_FILE
+
+DEFAULT_SAMPLES = 1000
+WARMUP = 100  # captures before measuring (imports, connections, caches)
+BROKER_DOWN_SAMPLES = 200
+REDIS_URL = "redis://127.0.0.1:6379/14"
+FLOOR_QUEUE = "memhoncho-bench-floor"
+CONVERSATION = "bench-conversation"
+USER_TEXT = "How should I plan the garden beds for next spring? " * 10  # ~500 characters
+ANSWER_TEXT = "Start with the soil: test it, then add compost where it is thin. " * 25
+BENCH_KEY = "bench-api-key"  # a stand-in key: nothing calls Honcho here
+
+T = TypeVar("T")
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def _summary(latencies_ms: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(statistics.median(latencies_ms), 3),
+        "p99_ms": round(_percentile(latencies_ms, 0.99), 3),
+    }
+
+
+def _run(i: int) -> dict[str, Any]:
+    return {
+        "conversation_id": CONVERSATION,
+        "owner": "ana@example.com",
+        "run_id": f"run-{i}",
+        "inputs": [{"entry_id": 2 * i, "text": USER_TEXT}],
+        "outcome": {
+            "status": "answered",
+            "answer": {"entry_id": 2 * i + 1, "content": [{"type": "text", "text": ANSWER_TEXT}]},
+        },
+    }
+
+
+def _redis_reachable() -> bool:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _config(root: Path, broker_url: str | None) -> Path:
+    config = root / "config"
+    (config / SETTINGS_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (config / SETTINGS_FILE).write_text(json.dumps({"broker_url": broker_url}), encoding="utf-8")
+    (config / SECRETS_FILE).write_text(json.dumps({"api-key": BENCH_KEY}), encoding="utf-8")
+    return config
+
+
+def _timed(action: Callable[[], T]) -> tuple[float, T]:
+    """Milliseconds the action took, and what it returned."""
+    start = time.perf_counter()
+    result = action()
+    return (time.perf_counter() - start) * 1000, result
+
+
+class _Floor:
+    """The least any durable capture must do: append + fsync, and one publish."""
+
+    def __init__(self, path: Path, url: str, options: dict[str, Any]) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.connection = Connection(url, transport_options=options)
+        self.exchange = Exchange(FLOOR_QUEUE, type="direct")
+        queue = Queue(FLOOR_QUEUE, self.exchange, routing_key=FLOOR_QUEUE)
+        queue(self.connection.default_channel).declare()
+        self.producer = Producer(self.connection)
+
+    def __call__(self, line: bytes) -> None:
+        os.write(self.fd, line)
+        os.fsync(self.fd)
+        self.producer.publish(
+            line,
+            exchange=self.exchange,
+            routing_key=FLOOR_QUEUE,
+            content_type="application/octet-stream",
+            content_encoding="binary",
+            retry=False,
+        )
+
+    def close(self) -> None:
+        os.close(self.fd)
+        self.connection.close()
+
+
+def _last_line(host: Host) -> bytes:
+    path = host.context.layout.outbox(ids.conversation_key(CONVERSATION))
+    with open(path, "rb") as handle:
+        handle.seek(max(0, os.path.getsize(path) - 64 * 1024))
+        return handle.read().splitlines(keepends=True)[-1]
+
+
+def _measure(samples: int, root: Path, broker_url: str | None) -> dict[str, Any]:
+    config = _config(root, broker_url)
+    host = Host(config_dir=config, data_dir=root / "data")
+    url = broker_url or "filesystem://"
+    options: dict[str, Any] = dict(host.celery().conf.broker_transport_options or {})
+    floor = _Floor(root / "floor.jsonl", url, options)
+    capture_ms: list[float] = []
+    floor_ms: list[float] = []
+    enqueued = 0
+    line = b""
+    try:
+        for i in range(WARMUP):
+            host.capture(_run(i))
+            floor(_last_line(host))
+        for i in range(WARMUP, WARMUP + samples):
+            elapsed, result = _timed(partial(host.capture, _run(i)))
+            capture_ms.append(elapsed)
+            enqueued += result.enqueued
+            line = _last_line(host)  # the same bytes the capture wrote
+            floor_ms.append(_timed(partial(floor, line))[0])
+    finally:
+        floor.close()
+        host.close()
+    capture, bare = _summary(capture_ms), _summary(floor_ms)
+    return {
+        "capture": capture,
+        "floor": bare,
+        "ratio_p50": round(capture["p50_ms"] / bare["p50_ms"], 3),
+        "ratio_p99": round(capture["p99_ms"] / bare["p99_ms"], 3),
+        "enqueued": enqueued,
+        "line_bytes": len(line),
+    }
+
+
+def _broker_down(samples: int, root: Path) -> dict[str, Any]:
+    config = _config(root, f"redis://127.0.0.1:{_closed_port()}/0")
+    latencies: list[float] = []
+    enqueued = 0
+    with Host(config_dir=config, data_dir=root / "data") as host:
+        for i in range(samples):
+            elapsed, result = _timed(partial(host.capture, _run(i)))
+            latencies.append(elapsed)
+            enqueued += result.enqueued
+    return {**_summary(latencies), "first_ms": round(latencies[0], 3), "enqueued": enqueued}
+
+
+def _clean_redis() -> None:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        names = [FLOOR_QUEUE, *client.scan_iter("memhoncho.deliver.*")]
+        client.delete(*names)
+    finally:
+        client.close()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    samples = getattr(args, "samples", None) or DEFAULT_SAMPLES
+    use_redis = _redis_reachable()
+    for name in ("MEMHONCHO_BROKER_URL", "MEMHONCHO_API_KEY"):
+        os.environ.pop(name, None)  # the bench decides the broker and the key
+    with tempfile.TemporaryDirectory(prefix="memhoncho-bench-capture-") as tmp:
+        root = Path(tmp)
+        (root / "live").mkdir()
+        (root / "down").mkdir()
+        try:
+            live = _measure(samples, root / "live", REDIS_URL if use_redis else None)
+        finally:
+            if use_redis:
+                _clean_redis()
+        down = _broker_down(min(samples, BROKER_DOWN_SAMPLES), root / "down")
+    return {
+        "samples": samples,
+        "broker": "redis 127.0.0.1:6379 db 14" if use_redis else "embedded filesystem broker",
+        **live,
+        "goal_ratio": 1.2,
+        "broker_down": down,
+    }
