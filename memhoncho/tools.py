@@ -9,15 +9,11 @@ are typed memhoncho errors whose messages name memhoncho and never the API key.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memhoncho import honcho, ids
 from memhoncho.capture import OUTBOX_ID_KEY
@@ -31,9 +27,16 @@ from memhoncho.errors import (
     MemhonchoError,
     all_error_classes,
 )
-from memhoncho.honcho import ReasoningLevel
 from memhoncho.settings import Settings
 from memhoncho.store.ledger import read_ledger
+from memhoncho.tool_arguments import (
+    ChatArguments,
+    RememberArguments,
+    SearchArguments,
+    ToolArguments,
+    parameters_schema,
+    parse_arguments,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,71 +44,8 @@ SEARCH = "honcho_search"
 CHAT = "honcho_chat"
 REMEMBER = "honcho_remember"
 
-MAX_SEARCH_QUERY_CHARS = 2_000  # a search query is a few words; longer is a mistake
-MAX_CHAT_QUERY_CHARS = 10_000  # Honcho answers 422 past this (HONCHO.md, "Limits")
-MAX_CONCLUSION_CHARS = 65_535  # Honcho answers 422 past this (HONCHO.md, "Limits")
-MAX_ARGUMENT_ERRORS = 10  # argument problems named in one InvalidToolCall
 MAX_NAME_ECHO_CHARS = 64  # characters of an unknown tool name echoed back
 TRUNCATION_MARK = "…"
-NOT_BLANK = r"\S"  # JSON-schema and pydantic pattern: at least one non-whitespace character
-#: A key the model sent that looks like a field name is echoed in errors; anything else is "?".
-_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
-
-
-# ------------------------------------------------------------------------------ arguments
-
-
-class _Arguments(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class SearchArguments(_Arguments):
-    """Search the user's own past messages, across all of their conversations."""
-
-    query: str = Field(
-        min_length=1,
-        max_length=MAX_SEARCH_QUERY_CHARS,
-        pattern=NOT_BLANK,
-        description="Words to look for in what the user has written before.",
-    )
-
-
-class ChatArguments(_Arguments):
-    """Ask memory a question about the user."""
-
-    query: str = Field(
-        min_length=1,
-        max_length=MAX_CHAT_QUERY_CHARS,
-        pattern=NOT_BLANK,
-        description="A natural-language question about the user.",
-    )
-    reasoning_level: ReasoningLevel | None = Field(
-        None,
-        description=(
-            "How hard memory should think: minimal and low are fast, high and max are "
-            "thorough and slow. Omit for the default."
-        ),
-    )
-
-
-class RememberArguments(_Arguments):
-    """Write down something learned about the user."""
-
-    content: str = Field(
-        min_length=1,
-        max_length=MAX_CONCLUSION_CHARS,
-        pattern=NOT_BLANK,
-        description="One self-contained fact or conclusion about the user, in plain words.",
-    )
-    conversation_id: str | None = Field(
-        None,
-        min_length=1,
-        max_length=ids.MAX_INPUT_LEN,
-        description=(
-            "The conversation this was learned in, to tie it to that conversation as well. "
-            "Omit to remember it about the user in general."
-        ),
-    )
 
 
 # ---------------------------------------------------------------------------------- tools
@@ -113,7 +53,7 @@ class RememberArguments(_Arguments):
 
 def honcho_search(context: Context, owner: str | None, arguments: Any) -> dict[str, Any]:
     """The calling user's own messages matching the query, newest first, trimmed."""
-    args = _validate(SEARCH, SearchArguments, arguments)
+    args = parse_arguments(SEARCH, SearchArguments, arguments)
     current = context.settings()
     user = ids.peer_id(owner)
     client = honcho.read_client(context.honcho_target(), timeout_s=current.tool_timeout_s)
@@ -147,7 +87,7 @@ def honcho_search(context: Context, owner: str | None, arguments: Any) -> dict[s
 
 def honcho_chat(context: Context, owner: str | None, arguments: Any) -> dict[str, Any]:
     """Honcho's dialectic answer about the calling user, from everything the agent knows."""
-    args = _validate(CHAT, ChatArguments, arguments)
+    args = parse_arguments(CHAT, ChatArguments, arguments)
     current = context.settings()
     client = honcho.read_client(context.honcho_target(), timeout_s=current.chat_timeout_s)
     answer = honcho.chat(
@@ -163,7 +103,7 @@ def honcho_chat(context: Context, owner: str | None, arguments: Any) -> dict[str
 
 def honcho_remember(context: Context, owner: str | None, arguments: Any) -> dict[str, Any]:
     """A conclusion of the agent about the calling user, tied to a conversation when given."""
-    args = _validate(REMEMBER, RememberArguments, arguments)
+    args = parse_arguments(REMEMBER, RememberArguments, arguments)
     current = context.settings()
     user = ids.peer_id(owner)
     client = honcho.write_client(context.honcho_target(timeout_s=current.tool_timeout_s))
@@ -199,7 +139,7 @@ class Tool:
 
     name: str
     description: str
-    arguments: type[_Arguments]
+    arguments: type[ToolArguments]
     run: Callable[[Context, str | None, Any], dict[str, Any]]
     timeout_s: Callable[[Settings], float]
 
@@ -253,36 +193,6 @@ def tool_definitions() -> list[dict[str, Any]]:
     ]
 
 
-def parameters_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema, self-contained (no ``$ref``) and without pydantic's titles."""
-    schema = model.model_json_schema()
-    definitions = schema.pop("$defs", {})
-    inlined = _inline(schema, definitions)
-    inlined.pop("description", None)  # the tool's own description says it
-    inlined["additionalProperties"] = False
-    return inlined
-
-
-def _inline(node: Any, definitions: dict[str, Any]) -> Any:
-    if isinstance(node, list):
-        return [_inline(item, definitions) for item in node]
-    if not isinstance(node, dict):
-        return node
-    if "$ref" in node:
-        name = str(node["$ref"]).rsplit("/", 1)[-1]
-        merged = {**definitions[name], **{k: v for k, v in node.items() if k != "$ref"}}
-        return _inline(merged, definitions)
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key == "title":
-            continue
-        if key == "properties" and isinstance(value, dict):
-            out[key] = {name: _inline(prop, definitions) for name, prop in value.items()}
-        else:
-            out[key] = _inline(value, definitions)
-    return out
-
-
 def lookup(name: object) -> Tool:
     """The tool called ``name``; InvalidToolCall for anything else."""
     tool = TOOLS.get(name) if isinstance(name, str) else None
@@ -298,7 +208,7 @@ def lookup(name: object) -> Tool:
 def check_call(name: object, arguments: Any) -> tuple[Tool, dict[str, Any]]:
     """The tool and its validated arguments as JSON; InvalidToolCall before anything is sent."""
     tool = lookup(name)
-    valid = _validate(tool.name, tool.arguments, arguments)
+    valid = parse_arguments(tool.name, tool.arguments, arguments)
     return tool, valid.model_dump(mode="json", exclude_none=True)
 
 
@@ -399,45 +309,6 @@ def error_from_payload(payload: Mapping[str, Any]) -> MemhonchoError:
 
 
 # -------------------------------------------------------------------------------- helpers
-
-
-def _validate(tool: str, model: type[_Arguments], arguments: Any) -> Any:
-    if isinstance(arguments, model):
-        return arguments
-    if isinstance(arguments, str | bytes):
-        try:
-            arguments = json.loads(arguments or "{}")
-        except ValueError:
-            raise InvalidToolCall(f"memhoncho {tool}: arguments are not valid JSON") from None
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, Mapping):
-        raise InvalidToolCall(f"memhoncho {tool}: arguments must be a JSON object")
-    try:
-        return model.model_validate(dict(arguments))
-    except ValidationError as exc:
-        problems = [_problem(err) for err in exc.errors(include_input=False, include_url=False)]
-        problems = problems[:MAX_ARGUMENT_ERRORS]
-        raise InvalidToolCall(
-            f"memhoncho {tool}: invalid arguments: {'; '.join(problems)}", problems=problems
-        ) from None
-
-
-def _problem(err: Any) -> str:
-    where = ".".join(
-        str(part) if isinstance(part, int) or _FIELD_NAME.fullmatch(str(part)) else "?"
-        for part in err.get("loc", ())
-    )
-    kind = err.get("type", "")
-    if kind == "string_pattern_mismatch":
-        message = "must not be blank"
-    elif kind == "extra_forbidden":
-        message = "is not an argument of this tool"
-    elif kind == "missing":
-        message = "is required"
-    else:
-        message = str(err.get("msg", "is invalid"))
-    return f"{where or 'arguments'} {message}"
 
 
 def _owned_session(

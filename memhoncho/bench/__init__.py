@@ -8,4 +8,5 @@ from __future__ import annotations
 BENCHMARKS: dict[str, str] = {
     "broker": "memhoncho.bench.broker",
     "capture": "memhoncho.bench.capture",
+    "recall": "memhoncho.bench.recall",
 }

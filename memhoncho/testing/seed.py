@@ -43,7 +43,10 @@ def seed_conversation(
         honcho.OutgoingMessage(current.agent_peer_id, text, {OUTBOX_ID_KEY: f"{key}:a{i}"})
         for i, text in enumerate(agent_texts)
     ]
-    message_ids = honcho.add_messages(client, sid, messages)
+    message_ids: list[str] = []
+    for start in range(0, len(messages), honcho.MAX_MESSAGES_PER_CALL):
+        chunk = messages[start : start + honcho.MAX_MESSAGES_PER_CALL]
+        message_ids += honcho.add_messages(client, sid, chunk)
     ledger = Ledger(
         conversation_id=conversation_id,
         owner=owner,

@@ -1,0 +1,114 @@
+"""``memhoncho bench recall``: what a recall tool call costs the model, by path.
+
+Each tool is called against the Honcho stand-in in process, then through a real recall worker
+on the embedded broker, then (when it answers on 127.0.0.1:6379) on Redis: p50/p99 latency in
+milliseconds per tool and path. The stand-in answers in well under a millisecond, so the
+figures are memhoncho's and the broker's overhead, not Honcho's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from memhoncho import honcho, routing, tools
+from memhoncho.context import Context
+from memhoncho.host import Host
+from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+from memhoncho.testing.seed import seed_conversation
+
+DEFAULT_SAMPLES = 30  # calls per tool and path
+SEEDED_MESSAGES = 200  # the user's messages in the seeded conversation
+REFERENCE_REDIS = "redis://127.0.0.1:6379/14"
+OWNER = "bench@example.com"
+CONVERSATION = "bench-conversation"
+WORKSPACE = "memhoncho-bench"
+KEY = "bench-key"  # the stand-in accepts any key
+CALLS: list[tuple[str, dict[str, Any]]] = [
+    (tools.SEARCH, {"query": "knee"}),
+    (tools.CHAT, {"query": "What hurts?", "reasoning_level": "minimal"}),
+    (tools.REMEMBER, {"content": "The knee hurts.", "conversation_id": CONVERSATION}),
+]
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def _measure(call: Callable[[str, dict[str, Any]], Any], samples: int) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    for name, arguments in CALLS:
+        call(name, arguments)  # warm: clients, connections, the worker's first import
+        latencies = []
+        for _ in range(samples):
+            start = time.perf_counter()
+            call(name, arguments)
+            latencies.append((time.perf_counter() - start) * 1000)
+        figures[name] = {
+            "p50_ms": round(statistics.median(latencies), 2),
+            "p99_ms": round(_percentile(latencies, 0.99), 2),
+        }
+    return figures
+
+
+def _redis_reachable() -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(REFERENCE_REDIS, socket_connect_timeout=0.5).ping())
+    except redis.RedisError:
+        return False
+
+
+def _configure(config_dir: Path, base_url: str, broker_url: str | None) -> None:
+    (config_dir / "settings").mkdir(parents=True, exist_ok=True)
+    values: dict[str, Any] = {"base_url": base_url, "workspace_id": WORKSPACE}
+    if broker_url:
+        values["broker_url"] = broker_url
+    (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(values))
+    (config_dir / "secrets.json").write_text(json.dumps({"api-key": KEY}))
+
+
+def _via_worker(config_dir: Path, data_dir: Path, samples: int) -> dict[str, Any]:
+    env = memhoncho_env(config_dir=config_dir, data_dir=data_dir, api_key=None)
+    with (
+        CeleryProcess("worker", env, queues=[routing.RECALL_QUEUE]),
+        Host(config_dir, data_dir) as host,
+    ):
+        return _measure(
+            lambda name, arguments: host.call_tool(name, arguments, owner=OWNER, via="celery"),
+            samples,
+        )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    samples = getattr(args, "samples", None) or DEFAULT_SAMPLES
+    results: dict[str, Any] = {"samples": samples, "seeded_messages": SEEDED_MESSAGES, "paths": {}}
+    with (
+        HonchoStandIn(llm=True) as standin,
+        tempfile.TemporaryDirectory(prefix="memhoncho-bench-recall-") as tmp,
+    ):
+        config_dir, data_dir = Path(tmp) / "config", Path(tmp) / "data"
+        _configure(config_dir, standin.url, None)
+        context = Context(config_dir, data_dir)
+        texts = [f"message {i}: my knee hurts after run {i}" for i in range(SEEDED_MESSAGES)]
+        seed_conversation(context, CONVERSATION, OWNER, texts)
+        results["paths"]["in_process"] = _measure(
+            lambda name, arguments: tools.call_tool(context, name, arguments, OWNER), samples
+        )
+        results["paths"]["celery_embedded_broker"] = _via_worker(config_dir, data_dir, samples)
+        if _redis_reachable():
+            _configure(config_dir, standin.url, REFERENCE_REDIS)
+            results["paths"]["celery_redis"] = _via_worker(config_dir, data_dir, samples)
+        else:
+            results["paths"]["celery_redis"] = {"skipped": f"no Redis at {REFERENCE_REDIS}"}
+        honcho.close_clients()
+    return results
