@@ -7,7 +7,7 @@ refused before anything is written.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
@@ -116,9 +116,14 @@ class Ledger(BaseModel):
     delivered_seq: int = 0  #: every outbox record with seq <= this is delivered
     delivered_batches: list[str] = Field(default_factory=list)  #: newest last, windowed
     in_flight: list[str] = Field(default_factory=list)  #: outbox message ids of the open send
+    #: outbox message ids already delivered of the first record past ``delivered_seq`` (a
+    #: record split across two calls), so a resumed delivery never sends them again
+    delivered_partial: list[str] = Field(default_factory=list)
     anchors: list[tuple[int, str]] = Field(default_factory=list)  #: (entry id, Honcho message id)
     messages_delivered: int = 0
     first_delivered_at: float | None = None
     last_delivered_at: float | None = None
     fork: ForkDecision | None = None
     clone_intent: dict[str, str] | None = None  #: written before a clone call
+    #: the newest failed delivery ``{code, message, at}``; cleared by the next success
+    last_error: dict[str, Any] | None = None
