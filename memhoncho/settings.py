@@ -124,6 +124,20 @@ def _read_json_cached(path: Path) -> _Read:
 
 
 _MISSING = _Read((0, 0, 0, 0), True, 0, {})
+_paths: dict[str, tuple[Path, Path, Path]] = {}
+
+
+def _files(config: str | os.PathLike[str] | None) -> tuple[Path, Path, Path]:
+    """The config dir, its settings file and its secrets file (built once per explicit dir)."""
+    if config is None:  # follows MEMHONCHO_CONFIG_DIR, which may change
+        cfg = config_dir(None)
+        return cfg, cfg / SETTINGS_FILE, cfg / SECRETS_FILE
+    name = os.fspath(config)
+    paths = _paths.get(name)
+    if paths is None:
+        cfg = config_dir(name)
+        paths = _paths[name] = (cfg, cfg / SETTINGS_FILE, cfg / SECRETS_FILE)
+    return paths
 
 
 def _read_json_object(path: Path) -> dict[str, Any]:
@@ -165,8 +179,8 @@ def load(config: str | os.PathLike[str] | None = None) -> Settings:
     Live: the file's stat and the environment are checked at every call; only an unchanged
     file and environment reuse the last result (and do not repeat its warnings).
     """
-    cfg = config_dir(config)
-    read = _read_json_cached(cfg / SETTINGS_FILE)
+    cfg, settings_file, _ = _files(config)
+    read = _read_json_cached(settings_file)
     key = (read.generation, tuple(os.environ.get(name) for name in _ENV_NAMES))
     cached = _loaded.get(cfg)
     if cached is not None and cached[0] == key:
@@ -197,7 +211,7 @@ def invalid_keys(config: str | os.PathLike[str] | None = None) -> list[str]:
 
 def api_key(config: str | os.PathLike[str] | None = None) -> str | None:
     """The Honcho API key: the stored secret first, then ``MEMHONCHO_API_KEY``; None if neither."""
-    stored = _read_json_cached(config_dir(config) / SECRETS_FILE).value.get(API_KEY_SECTION)
+    stored = _read_json_cached(_files(config)[2]).value.get(API_KEY_SECTION)
     if isinstance(stored, dict):
         stored = stored.get("value")
     if isinstance(stored, str) and stored.strip():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -47,9 +48,12 @@ class LedgerCache:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self._cache: dict[str, _Cached] = {}
+        self._paths: dict[str, Path] = {}
 
     def get(self, key: str) -> _Cached:
-        path = self.layout.ledger(key)
+        path = self._paths.get(key)
+        if path is None:
+            path = self._paths[key] = self.layout.ledger(key)
         try:
             st = os.stat(path)
             stamp = (st.st_ino, st.st_size, st.st_mtime_ns)

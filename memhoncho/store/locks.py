@@ -26,8 +26,11 @@ def file_lock(path: Path, *, timeout_s: float | None = None) -> Iterator[None]:
 
     ``timeout_s=None`` blocks; ``0`` tries once. Raises LockBusy when it cannot be had in time.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         if timeout_s is None:
             fcntl.flock(fd, fcntl.LOCK_EX)

@@ -182,6 +182,14 @@ class Outbox:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self._tails: dict[str, _Tail] = {}
+        self._paths: dict[str, tuple[Path, Path]] = {}  # key -> (outbox, its lock)
+
+    def _files(self, key: str) -> tuple[Path, Path]:
+        """The outbox file and its lock; built once per key (pathlib is slow on the hot path)."""
+        paths = self._paths.get(key)
+        if paths is None:
+            paths = self._paths[key] = (self.layout.outbox(key), self.layout.outbox_lock(key))
+        return paths
 
     # ---- append (the capture hot path) -------------------------------------------------
 
@@ -201,8 +209,8 @@ class Outbox:
         needed. Raises OutboxCapacity when the conversation already has ``max_pending``
         undelivered batches, CaptureTooLarge when the line would exceed ``max_bytes``.
         """
-        path = self.layout.outbox(key)
-        with file_lock(self.layout.outbox_lock(key)):
+        path, lock = self._files(key)
+        with file_lock(lock):
             fd, created = _open_for_append(path)
             wrote = False
             try:
