@@ -266,26 +266,59 @@ def test_a_sweep_with_nothing_pending_reads_no_outbox(
     assert fourth.unchanged == 4 and fourth.pending == 1
 
 
-def test_the_edges_of_an_outbox_are_its_first_record_and_last_line(tmp_path: Path) -> None:
+def test_the_edges_of_an_outbox_are_its_first_and_last_records(tmp_path: Path) -> None:
     path = tmp_path / "o.jsonl"
     mark = encode_line({"seq": 5, "mark": True})
     big = encode_line({"seq": 6, "batch_id": "x", "pad": "y" * 200_000})
     small = encode_line({"seq": 7, "batch_id": "z"})
-    path.write_bytes(mark + big + small)
+    end_mark = encode_line({"seq": 9, "mark": True})
+    path.write_bytes(mark + big + small + end_mark)
     edges = peek.edges(path)
     assert edges is not None and edges.first is not None and edges.last is not None
     assert (edges.first["seq"], edges.last["seq"]) == (6, 7)
     path.write_bytes(mark)
-    only_mark = peek.edges(path)
-    assert (
-        only_mark is not None
-        and only_mark.first is None
-        and only_mark.last
-        == {
-            "seq": 5,
-            "mark": True,
-        }
-    )
+    assert peek.edges(path) == peek.Edges(None, None, len(mark))
     path.write_bytes(mark + big + small[:-3])
     assert peek.edges(path) is None
+    path.write_bytes(mark + big[:100] + b"\n" + small)
+    assert peek.edges(path) is None
     assert peek.edges(tmp_path / "absent.jsonl") == peek.Edges(None, None, 0)
+
+
+def test_pending_records_before_a_trailing_mark_are_still_pending(context: Context) -> None:
+    old = time.time() - 40 * DAY_S
+    _capture(context, "c.m", 2, captured_at=old)
+    _deliver_up_to(context, "c.m", 0, in_flight=["bc.m000000-0"])
+    first = sweep(context, Recorder())  # the newest dies, the in-flight one stays: a mark follows
+    assert first.dead_lettered == 1
+    lines = context.layout.outbox(ids.conversation_key("c.m")).read_bytes().splitlines()
+    assert b'"mark":true' in lines[-1]
+    enqueue = Recorder()
+    second = sweep(context, enqueue)
+    assert enqueue.calls == ["c.m"] and second.pending == 1
+
+
+def test_a_partly_delivered_record_is_never_dead_lettered(context: Context) -> None:
+    old = time.time() - 40 * DAY_S
+    seqs = _capture(context, "c.part", 2, captured_at=old)
+    _deliver_up_to(context, "c.part", 0, delivered_partial=["bc.part000000-0"])
+    assert sweep(context, Recorder()).dead_lettered == 1
+    assert _outbox_seqs(context, "c.part") == seqs[:1]
+
+
+def test_a_failed_fork_resolution_is_a_failure_and_the_sweep_goes_on(
+    context: Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+    import types
+
+    fake = types.ModuleType("memhoncho.forks")
+    fake.resolve_pending_forks = lambda ctx: [  # type: ignore[attr-defined]
+        {"conversation_key": "child", "status": "failed", "code": "ERR_HONCHO_UNAVAILABLE"}
+    ]
+    monkeypatch.setitem(sys.modules, "memhoncho.forks", fake)
+    _capture(context, "c.f", 1)
+    enqueue = Recorder()
+    report = sweep(context, enqueue)
+    assert [(f.stage, f.code) for f in report.failures] == [("forks", "ERR_HONCHO_UNAVAILABLE")]
+    assert enqueue.calls == ["c.f"]

@@ -9,4 +9,5 @@ BENCHMARKS: dict[str, str] = {
     "broker": "memhoncho.bench.broker",
     "capture": "memhoncho.bench.capture",
     "recall": "memhoncho.bench.recall",
+    "sweep": "memhoncho.bench.sweep",
 }

@@ -2,14 +2,15 @@
 
 The sweep uses them to decide, per conversation, whether there is anything to deliver or to
 compact before it reads a whole file. Seqs grow through the file, so the first record holds
-the smallest seq and the last line the largest. A look that finds a torn or corrupt line gives
-up (returns ``UNREADABLE``) and the caller falls back to ``Outbox.read``, which repairs it.
+the smallest seq and the last record the largest. A look that finds a torn or corrupt line gives
+up (returns None) and the caller falls back to ``Outbox.read``, which repairs it.
 Reading without the lock is safe: appends write whole lines and rewrites replace the file.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,14 +22,15 @@ MAX_LINE_BYTES = 64 * 1024 * 1024  # a line longer than this is not looked at he
 
 @dataclass(frozen=True)
 class Edges:
-    """The first real record (marks skipped) and the last line's record of an outbox file."""
+    """The first and the last real record of an outbox file (mark lines skipped)."""
 
     first: Record | None  #: None when the file holds no record (only marks, or nothing)
-    last: Record | None  #: the last line (a record or a mark); None for an empty file
+    last: Record | None  #: the record with the largest seq; None when ``first`` is None
     size: int
 
 
-UNREADABLE = None  # what ``edges`` answers when a full, repairing read is needed
+class _Unreadable(Exception):
+    """A torn or corrupt line where the look needed a whole one."""
 
 
 def edges(path: Path) -> Edges | None:
@@ -39,56 +41,67 @@ def edges(path: Path) -> Edges | None:
         return Edges(None, None, 0)
     try:
         size = os.fstat(fd).st_size
-        if size == 0:
-            return Edges(None, None, 0)
-        last = _last_line(fd, size)
-        if last is None:
-            return UNREADABLE
-        first: Record | None = None
-        offset = 0
-        while True:
-            line = _line_at(fd, offset, size)
-            if line is None:
-                return UNREADABLE
-            record = decode_line(line[:-1])
-            if record is None:
-                return UNREADABLE
-            offset += len(line)
-            if not record.get("mark"):
-                first = record
-                break
-            if offset >= size:
-                break
+        first = next((r for r in _records_from_start(fd, size) if not r.get("mark")), None)
+        if first is None:
+            return Edges(None, None, size)
+        last = next(r for r in _records_from_end(fd, size) if not r.get("mark"))
         return Edges(first, last, size)
+    except (_Unreadable, StopIteration):
+        return None
     finally:
         os.close(fd)
 
 
-def _line_at(fd: int, offset: int, size: int) -> bytes | None:
-    """The complete line starting at ``offset`` (with its newline); None if unterminated."""
+def _records_from_start(fd: int, size: int) -> Iterator[Record]:
+    offset = 0
+    while offset < size:
+        line = _line_at(fd, offset, size)
+        yield _decode(line)
+        offset += len(line)
+
+
+def _records_from_end(fd: int, size: int) -> Iterator[Record]:
+    end = size
+    while end > 0:
+        line = _line_before(fd, end)
+        yield _decode(line)
+        end -= len(line)
+
+
+def _decode(line: bytes) -> Record:
+    record = decode_line(line[:-1]) if line.endswith(b"\n") else None
+    if record is None:
+        raise _Unreadable()
+    return record
+
+
+def _line_at(fd: int, offset: int, size: int) -> bytes:
+    """The complete line starting at ``offset``, with its newline."""
     data = b""
     while offset + len(data) < size and len(data) < MAX_LINE_BYTES:
         chunk = os.pread(fd, CHUNK_BYTES, offset + len(data))
         if not chunk:
             break
-        end = chunk.find(b"\n")
-        if end != -1:
-            return data + chunk[: end + 1]
+        newline = chunk.find(b"\n")
+        if newline != -1:
+            return data + chunk[: newline + 1]
         data += chunk
-    return None
+    raise _Unreadable()
 
 
-def _last_line(fd: int, size: int) -> Record | None:
-    """The record of the file's last line; None when it is torn or corrupt."""
-    if os.pread(fd, 1, size - 1) != b"\n":
-        return None
-    data = b""  # bytes [start, size) of the file, ending with the last newline
-    start = size
+def _line_before(fd: int, end: int) -> bytes:
+    """The complete line that ends at byte ``end`` (exclusive), with its newline."""
+    if os.pread(fd, 1, end - 1) != b"\n":
+        raise _Unreadable()
+    data = b""  # bytes [start, end) of the file
+    start = end
     while start > 0 and len(data) < MAX_LINE_BYTES:
         step = min(CHUNK_BYTES, start)
         start -= step
         data = os.pread(fd, step, start) + data
         newline = data.rfind(b"\n", 0, len(data) - 1)
         if newline != -1:
-            return decode_line(data[newline + 1 : -1])
-    return decode_line(data[:-1]) if start == 0 else None
+            return data[newline + 1 :]
+    if start == 0:
+        return data
+    raise _Unreadable()

@@ -1,10 +1,11 @@
 """The sweep index (``state/sweep-index.json``): conversations the last sweep found clean.
 
-"Clean" means nothing pending and nothing to compact. The index keeps, per clean conversation,
-the stat stamps of its outbox and ledger as they were *before* the sweep looked, so a sweep
-with nothing pending costs a stat of two files per conversation and no read. Any append,
-rewrite or ledger write changes a stamp, and the conversation is looked at again. The index is
-only a hint: losing it, or two sweeps racing to write it, costs one full look, never a record.
+"Clean" means nothing pending and nothing to compact, which is an outbox holding no record at
+all (only a mark line, or nothing): whatever the ledger says, such a file needs no work. The
+index keeps, per clean conversation, the stat stamp of its outbox as it was *before* the sweep
+looked, so a sweep with nothing pending costs one stat per conversation and no read. An append
+or a rewrite changes the stamp, and the conversation is looked at again. The index is only a
+hint: losing it, or two sweeps racing to write it, costs one full look, never a record.
 """
 
 from __future__ import annotations
@@ -35,8 +36,26 @@ def file_stamp(path: Path) -> Stamp:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def conversation_stamp(layout: Layout, key: str) -> Stamp:
-    return file_stamp(layout.outbox(key)) + file_stamp(layout.ledger(key))
+def outbox_stamps(layout: Layout) -> dict[str, Stamp]:
+    """Every conversation with an outbox file and that file's stamp: one scan, a stat each.
+
+    What must not change for a clean conversation to stay clean is its outbox file alone.
+    """
+    stamps: dict[str, Stamp] = {}
+    try:
+        entries = os.scandir(layout.outbox_dir)
+    except FileNotFoundError:
+        return stamps
+    with entries:
+        for entry in entries:
+            if not entry.name.endswith(".jsonl"):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:  # removed since the scan began
+                continue
+            stamps[entry.name[: -len(".jsonl")]] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return dict(sorted(stamps.items()))
 
 
 def load_index(layout: Layout) -> dict[str, Stamp]:
