@@ -57,7 +57,12 @@ def honcho_search(context: Context, owner: str | None, arguments: Any) -> dict[s
     current = context.settings()
     user = ids.peer_id(owner)
     client = honcho.read_client(context.honcho_target(), timeout_s=current.tool_timeout_s)
-    found = honcho.search_user_messages(client, user, args.query, limit=current.search_limit)
+    try:
+        found = honcho.search_user_messages(client, user, args.query, limit=current.search_limit)
+    except HonchoRejected as exc:
+        if exc.status != 404:
+            raise
+        found = []  # a user Honcho has never seen has written nothing yet
     conversations = _ConversationNames(context, current.workspace_id)
     results: list[dict[str, Any]] = []
     seen: set[str] = set()

@@ -24,6 +24,7 @@ from memhoncho.errors import (
 from memhoncho.host import Host
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.seed import seed_conversation
+from memhoncho.testing.standin_state import ApiError
 
 SECRET_KEY = "sk-memhoncho-tools-SECRET-5a4b3c"
 ANA = "ana@example.com"
@@ -125,6 +126,18 @@ def test_search_trims_each_result_and_returns_at_most_the_search_limit(
         assert len(result["text"]) == 20
         assert result["text"].endswith(tools.TRUNCATION_MARK)
         assert result["truncated"] is True
+
+
+def test_search_by_a_user_honcho_has_never_seen_finds_nothing(
+    context: Context, standin: HonchoStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert tools.honcho_search(context, "newcomer", {"query": "anything"})["count"] == 0
+
+    def unknown_peer(*args: Any, **kwargs: Any) -> Any:
+        raise ApiError(404, "Peer not found")  # what a stricter server may answer
+
+    monkeypatch.setattr(standin._store, "search", unknown_peer)
+    assert tools.honcho_search(context, "newcomer", {"query": "anything"})["count"] == 0
 
 
 def test_search_for_an_ownerless_conversation_uses_the_default_user(context: Context) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ BOB = "bob@example.com"
 FAST_TIMEOUT_S = 0.5  # seconds: the worker's Honcho timeout in the timeout test
 FAULT_SLEEP_S = 1.5  # seconds a timeout fault holds a request: past FAST_TIMEOUT_S
 BACKED_UP_DELIVERIES = 50  # delivery hints waiting, unconsumed, while recall runs
+CONCURRENT_USERS = 6  # host threads calling recall at once, one user each
+CONCURRENT_CALLS = 36  # recalls in all, spread over those users
 
 
 def write_settings(config_dir: Path, **values: Any) -> None:
@@ -121,6 +124,24 @@ def test_each_tool_answers_through_a_recall_worker_for_the_calling_user_only(
     )
     assert "Ana's knee hurts." in answer["answer"]
     assert "Ana's knee" not in call(host, tools.CHAT, {"query": "knee?"}, BOB)["answer"]
+
+
+def test_concurrent_recalls_of_many_users_each_get_only_their_own_words(
+    host: Host, context: Context, recall_worker: None
+) -> None:
+    users = [f"user-{i}@example.com" for i in range(CONCURRENT_USERS)]
+    for i, user in enumerate(users):
+        seed_conversation(context, f"run-{i}", user, [f"shared words from {i}"])
+
+    def search(i: int) -> list[str]:
+        found = call(host, tools.SEARCH, {"query": "shared words"}, users[i % len(users)])
+        return [r["text"] for r in found["results"]]
+
+    with ThreadPoolExecutor(CONCURRENT_USERS) as pool:
+        answers = list(pool.map(search, range(CONCURRENT_CALLS)))
+
+    for i, texts in enumerate(answers):
+        assert texts == [f"shared words from {i % len(users)}"]
 
 
 def test_failures_come_back_from_the_worker_as_the_same_typed_errors(
