@@ -197,6 +197,19 @@ class Host:
 
         return departures.user_deleted(self.context, owner, purge=purge).as_dict()
 
+    # ---- forks --------------------------------------------------------------------------
+
+    def conversation_forked(self, parent_id: str, child_id: str, at_entry: int) -> None:
+        """Record that ``child_id`` forked from ``parent_id`` at ``at_entry``: one fsynced file.
+
+        No network call; the child's first delivery resolves it. ForkRefused when the child
+        already has a fork record or a Honcho session, InvalidId / InvalidInput for bad ids or
+        a bad ``at_entry``; a refusal changes nothing.
+        """
+        from memhoncho import forks
+
+        forks.fork_conversation(self.context, parent_id, child_id, at_entry)
+
     # ---- shutdown -----------------------------------------------------------------------
 
     def close(self, timeout: float = 25) -> None:

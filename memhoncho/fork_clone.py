@@ -1,0 +1,228 @@
+"""The crash-safe clone of a parent's Honcho session for a forked child.
+
+Honcho's clone picks a random session id and a retry makes a second session, so every step is
+written down before the next one and a retry finds what the last attempt left:
+
+1. the child's ledger gets ``clone_intent`` (parent session, anchor message, a unique tag);
+2. the parent session's metadata gets ``memhoncho_clone_intent: <tag>``; a clone copies its
+   parent's metadata, so the new session carries the tag from the moment it exists;
+3. the intent moves to ``cloning`` (a clone request may now exist), then Honcho clones;
+4. the intent records the clone's id, the clone is tagged as the child's
+   (``memhoncho_fork_child``, ``memhoncho_fork_tag``), the parent's intent tag is taken off,
+   the child's peers and configuration are set;
+5. the ledger gets the session id, the clone's anchors and the decision; the intent goes.
+
+A retry in ``cloning`` without a known id looks for a session carrying the tag before cloning
+again; it finds none only if no clone was saved. Clones of one parent are serialized by the
+parent's conversation lock (held by the caller), so the parent carries one tag at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from memhoncho import honcho
+from memhoncho.errors import ForkWaiting, HonchoRejected
+from memhoncho.models import ForkDecision, Ledger
+from memhoncho.store.forks import ForkRecord, append_decision
+from memhoncho.store.layout import Layout
+from memhoncho.store.ledger import write_ledger
+
+if TYPE_CHECKING:
+    from honcho import Honcho
+
+log = logging.getLogger(__name__)
+
+INTENT_KEY = "memhoncho_clone_intent"  #: on the parent while a clone for a child is under way
+FORK_CHILD_KEY = "memhoncho_fork_child"  #: on a clone: the child conversation's key
+FORK_TAG_KEY = "memhoncho_fork_tag"  #: on a clone: the tag of the intent that made it
+ENTRY_ID_KEY = "entry_id"  #: message metadata: the host's transcript entry (capture.py)
+
+STAGE_PREPARED = "prepared"  #: intent written; no clone request sent yet
+STAGE_CLONING = "cloning"  #: a clone request may have been sent; look before cloning again
+STAGE_CLONED = "cloned"  #: the clone's id is known
+
+#: Tests observe the named steps of a resolution (e.g. to SIGKILL a process at one); none in use.
+STEP_OBSERVERS: list[Callable[[str], None]] = []
+
+
+def reached(step: str) -> None:
+    for observer in list(STEP_OBSERVERS):
+        observer(step)
+
+
+class Clone:
+    """One child's clone of its parent at an anchor, resumable from its ledger's intent."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        client: Honcho,
+        key: str,
+        record: ForkRecord,
+        *,
+        user_peer_id: str,
+        agent_peer_id: str,
+        anchor_window: int,
+        settle_s: float,
+    ) -> None:
+        self.layout = layout
+        self.client = client
+        self.key = key
+        self.record = record
+        self.user_peer_id = user_peer_id
+        self.agent_peer_id = agent_peer_id
+        self.anchor_window = anchor_window
+        self.settle_s = settle_s
+
+    def start(
+        self, ledger: Ledger, parent_session_id: str, anchor_entry: int, anchor_message_id: str
+    ) -> Ledger:
+        """Write the intent, then clone (``resume`` does the rest)."""
+        intent = {
+            "parent_session_id": parent_session_id,
+            "anchor_entry": str(anchor_entry),
+            "anchor_message_id": anchor_message_id,
+            "tag": uuid.uuid4().hex,
+            "stage": STAGE_PREPARED,
+            "at": repr(time.time()),
+        }
+        ledger = self._write(ledger, clone_intent=intent)
+        reached("intent-written")
+        return self.resume(ledger)
+
+    def resume(self, ledger: Ledger) -> Ledger:
+        """Carry the intent in ``ledger`` through to a recorded clone; safe to call again."""
+        intent = dict(ledger.clone_intent or {})
+        parent_sid = intent["parent_session_id"]
+        tag = intent["tag"]
+        clone_sid = intent.get("clone_session_id")
+        if clone_sid is None and intent["stage"] == STAGE_CLONING:
+            clone_sid = self._find(tag, parent_sid)
+            if clone_sid is None and time.time() - float(intent["at"]) < self.settle_s:
+                # The killed attempt's request may still be on its way to being saved.
+                raise ForkWaiting(
+                    "an interrupted clone may still be landing; looking for it again shortly"
+                )
+        if clone_sid is None:
+            self._tag_parent(parent_sid, tag)
+            reached("parent-tagged")
+            intent.update(stage=STAGE_CLONING, at=repr(time.time()))
+            ledger = self._write(ledger, clone_intent=dict(intent))
+            reached("cloning-written")
+            try:
+                clone_sid = honcho.clone_session(
+                    self.client, parent_sid, intent["anchor_message_id"]
+                )
+            except HonchoRejected as exc:
+                if exc.status != 404:
+                    raise
+                self._untag_parent(parent_sid)
+                return self._anchor_gone(ledger, intent)
+            reached("cloned")
+        if intent.get("clone_session_id") != clone_sid:
+            intent.update(stage=STAGE_CLONED, clone_session_id=clone_sid)
+            ledger = self._write(ledger, clone_intent=dict(intent))
+            reached("clone-recorded")
+        self._tag_clone(clone_sid, tag)
+        reached("clone-tagged")
+        self._untag_parent(parent_sid)
+        reached("parent-untagged")
+        honcho.ensure_session(self.client, clone_sid, self.user_peer_id, self.agent_peer_id)
+        reached("peers-ensured")
+        anchors = self._anchors(clone_sid)
+        decision = ForkDecision(
+            parent_id=self.record.parent_id,
+            at_entry=self.record.at_entry,
+            outcome="clone",
+            anchor_entry=int(intent["anchor_entry"]),
+            parent_session_id=parent_sid,
+            decided_at=time.time(),
+            reason=f"cloned the parent at its anchor for entry {intent['anchor_entry']}",
+        )
+        append_decision(self.layout, self.key, decision)
+        ledger = self._write(
+            ledger, session_id=clone_sid, anchors=anchors, fork=decision, clone_intent=None
+        )
+        reached("decided")
+        log.info(
+            "fork resolved",
+            extra={
+                "action": "fork_resolved",
+                "conversation": self.key,
+                "outcome": "clone",
+                "anchor_entry": decision.anchor_entry,
+            },
+        )
+        return ledger
+
+    # ---- steps ------------------------------------------------------------------------
+
+    def _write(self, ledger: Ledger, **update: Any) -> Ledger:
+        ledger = ledger.model_copy(update=update)
+        write_ledger(self.layout, self.key, ledger)
+        return ledger
+
+    def _find(self, tag: str, parent_sid: str) -> str | None:
+        """The session an earlier attempt cloned: it carries the tag, tagged as a clone or not."""
+        found: dict[str, dict[str, Any]] = {}
+        for key in (INTENT_KEY, FORK_TAG_KEY):
+            for session in honcho.find_sessions(self.client, {key: tag}):
+                if session["id"] != parent_sid:
+                    found[session["id"]] = session
+        if not found:
+            return None
+        if len(found) > 1:
+            log.error(
+                "more than one clone carries one fork's tag; using the oldest",
+                extra={"action": "fork_duplicate_clone", "conversation": self.key},
+            )
+        oldest = min(found.values(), key=lambda s: (str(s["created_at"]), s["id"]))
+        return str(oldest["id"])
+
+    def _tag_parent(self, parent_sid: str, tag: str) -> None:
+        metadata = honcho.session_metadata(self.client, parent_sid)
+        if metadata.get(INTENT_KEY) != tag:
+            honcho.set_session_metadata(self.client, parent_sid, {**metadata, INTENT_KEY: tag})
+
+    def _untag_parent(self, parent_sid: str) -> None:
+        metadata = honcho.session_metadata(self.client, parent_sid)
+        if INTENT_KEY in metadata:
+            metadata.pop(INTENT_KEY)
+            honcho.set_session_metadata(self.client, parent_sid, metadata)
+
+    def _tag_clone(self, clone_sid: str, tag: str) -> None:
+        metadata = honcho.session_metadata(self.client, clone_sid)
+        wanted = {k: v for k, v in metadata.items() if k not in (INTENT_KEY, FORK_CHILD_KEY)}
+        wanted.update({FORK_CHILD_KEY: self.key, FORK_TAG_KEY: tag})
+        if wanted != metadata:
+            honcho.set_session_metadata(self.client, clone_sid, wanted)
+
+    def _anchors(self, clone_sid: str) -> list[tuple[int, str]]:
+        """The clone's own message ids for the entries it inherited, so it can be forked too."""
+        anchors: list[tuple[int, str]] = []
+        for message in honcho.list_messages(self.client, clone_sid):
+            entry = message["metadata"].get(ENTRY_ID_KEY)
+            if isinstance(entry, int) and not isinstance(entry, bool):
+                anchors.append((entry, str(message["id"])))
+        return anchors[-self.anchor_window :]
+
+    def _anchor_gone(self, ledger: Ledger, intent: dict[str, str]) -> Ledger:
+        decision = ForkDecision(
+            parent_id=self.record.parent_id,
+            at_entry=self.record.at_entry,
+            outcome="none-window",
+            parent_session_id=intent["parent_session_id"],
+            decided_at=time.time(),
+            reason="the parent's anchor message is no longer in Honcho; starting fresh",
+        )
+        append_decision(self.layout, self.key, decision)
+        log.warning(
+            "fork starts fresh: the anchor message is gone",
+            extra={"action": "fork_resolved", "conversation": self.key, "outcome": "none-window"},
+        )
+        return self._write(ledger, fork=decision, clone_intent=None)

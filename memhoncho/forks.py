@@ -1,0 +1,356 @@
+"""Fork continuity: a forked conversation's Honcho session starts as its parent's, cut at the fork.
+
+``fork_conversation`` (the host, no network) writes the pending record. The child's first
+delivery calls ``resolve_pending_fork`` under the child's lock; the sweep calls
+``resolve_pending_forks`` first. Resolution waits (``ForkWaiting``, bounded by ``fork_wait_s``
+from the record's creation) until the parent has delivered every message at or before the fork
+point, then clones the parent at its anchor (``fork_clone.Clone``) or decides to start fresh.
+
+Anchors (``Ledger.anchors``) are the parent's delivered messages as (entry id, Honcho message
+id), in delivery order. The clone point is the last message of the longest delivered prefix
+whose entries are all at or before ``at_entry``: an answer delivered after an input that came
+later in the transcript (the answer-before-input case) is not cloned, nor anything after it,
+so the child's Honcho history never holds an entry its transcript lacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from memhoncho import ids
+from memhoncho.context import Context
+from memhoncho.errors import (
+    ForkRefused,
+    ForkWaiting,
+    InvalidInput,
+    LockBusy,
+    MemhonchoError,
+)
+from memhoncho.fork_clone import Clone, reached
+from memhoncho.models import ForkDecision, Ledger
+from memhoncho.store import forks as fork_store
+from memhoncho.store.forks import ForkRecord, append_decision, read_fork, remove_fork
+from memhoncho.store.layout import Layout
+from memhoncho.store.ledger import read_ledger, write_ledger
+from memhoncho.store.locks import file_lock
+from memhoncho.store.outbox import Outbox
+
+if TYPE_CHECKING:
+    from honcho import Honcho
+
+log = logging.getLogger(__name__)
+
+PARENT_LOCK_WAIT_S = 2.0  # seconds to wait for the parent's lock before retrying later
+MAX_FORK_DEPTH = 1000  # ancestors walked when refusing a fork that would close a cycle
+RECENT_DECISIONS = 10  # decisions listed in the status view
+
+__all__ = [
+    "ForkPlan",
+    "ParentView",
+    "fork_conversation",
+    "fork_summary",
+    "pending_fork_keys",
+    "plan_fork",
+    "resolve_fork_now",
+    "resolve_pending_fork",
+    "resolve_pending_forks",
+]
+
+pending_fork_keys = fork_store.pending_fork_keys
+Outcome = Literal["clone", "none-window", "none-empty", "none-unknown-parent", "none-timeout"]
+
+
+# ---- the host's side --------------------------------------------------------------------
+
+
+def fork_conversation(context: Context, parent_id: str, child_id: str, at_entry: int) -> None:
+    """Record the fork durably (one fsynced file); refuse what cannot be honoured."""
+    parent_key = ids.conversation_key(parent_id)
+    child_key = ids.conversation_key(child_id)
+    if not isinstance(at_entry, int) or isinstance(at_entry, bool) or at_entry < 0:
+        raise InvalidInput("at_entry must be a non-negative integer", field="at_entry")
+    if parent_key == child_key:
+        raise ForkRefused("a conversation cannot be forked from itself")
+    layout = context.layout
+    ledger = read_ledger(layout, child_key)
+    if ledger is not None and (ledger.session_id is not None or ledger.fork is not None):
+        raise ForkRefused("the child conversation already has a Honcho session")
+    if _descends_from(layout, parent_key, child_key):
+        raise ForkRefused("the parent conversation is itself a pending fork of the child")
+    record = ForkRecord(
+        parent_id=parent_id, child_id=child_id, at_entry=at_entry, created_at=time.time()
+    )
+    if not fork_store.create_fork(layout, child_key, record):
+        raise ForkRefused("the child conversation already has a fork record")
+    log.info(
+        "fork recorded",
+        extra={"action": "fork_recorded", "conversation": child_key, "parent": parent_key},
+    )
+
+
+def _descends_from(layout: Layout, key: str, ancestor: str) -> bool:
+    """Whether ``key``'s chain of pending forks reaches ``ancestor``."""
+    seen = {key}
+    for _ in range(MAX_FORK_DEPTH):
+        record = read_fork(layout, key)
+        if record is None:
+            return False
+        key = ids.conversation_key(record.parent_id)
+        if key == ancestor:
+            return True
+        if key in seen:
+            return False
+        seen.add(key)
+    return False
+
+
+# ---- the decision (pure) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParentView:
+    """What the child's resolution knows of its parent."""
+
+    ledger: Ledger | None
+    pending_entries: tuple[int, ...]  #: entry ids of the parent's undelivered messages
+    seen: bool  #: memhoncho has a ledger or outbox records of the parent
+
+
+@dataclass(frozen=True)
+class ForkPlan:
+    """Wait (``outcome`` None), clone at ``anchor``, or start fresh; ``reason`` says why."""
+
+    outcome: Outcome | None
+    reason: str
+    anchor: tuple[int, str] | None = None
+
+
+def plan_fork(
+    record: ForkRecord, parent: ParentView, *, now: float, wait_limit_s: float
+) -> ForkPlan:
+    at = record.at_entry
+    if not parent.seen:
+        return ForkPlan("none-unknown-parent", "memhoncho never saw the parent conversation")
+    waiting = sum(1 for entry in parent.pending_entries if entry <= at)
+    if waiting:
+        if now - record.created_at >= wait_limit_s:
+            return ForkPlan(
+                "none-timeout",
+                f"the parent still had {waiting} undelivered messages at or before entry {at} "
+                f"after {wait_limit_s:g} s",
+            )
+        return ForkPlan(None, f"waiting for {waiting} parent messages at or before entry {at}")
+    ledger = parent.ledger
+    if ledger is None or ledger.session_id is None:
+        return ForkPlan("none-empty", f"the parent delivered nothing at or before entry {at}")
+    anchor: tuple[int, str] | None = None
+    for entry, message_id in ledger.anchors:
+        if entry > at:
+            break
+        anchor = (entry, message_id)
+    if anchor is not None:
+        return ForkPlan("clone", f"clone at the parent's anchor for entry {anchor[0]}", anchor)
+    if ledger.messages_delivered > len(ledger.anchors):
+        oldest = ledger.anchors[0][0] if ledger.anchors else None
+        return ForkPlan(
+            "none-window",
+            f"the parent's anchors no longer reach entry {at} (oldest kept: {oldest})",
+        )
+    return ForkPlan("none-empty", f"the parent delivered nothing at or before entry {at}")
+
+
+# ---- resolution (the child's lock is held by the caller) --------------------------------
+
+
+def resolve_pending_fork(
+    context: Context, client: Honcho, key: str, conversation_id: str, ledger: Ledger
+) -> Ledger:
+    """Establish the child's session from its pending fork; the ledger as written.
+
+    Called under the child's conversation lock when its ledger has no session. Returns the
+    ledger with ``session_id`` set (clone) or with only ``fork`` set (start a fresh session).
+    Raises ForkWaiting while the parent has not delivered up to the fork point, LockBusy when
+    the parent's lock is taken.
+    """
+    layout = context.layout
+    record = read_fork(layout, key)
+    if record is None:
+        return ledger
+    if ledger.session_id is not None or (ledger.fork is not None and ledger.clone_intent is None):
+        if ledger.fork is None:
+            log.warning(
+                "fork record ignored: the child already had a session",
+                extra={"action": "fork_ignored", "conversation": key},
+            )
+        remove_fork(layout, key)
+        return ledger
+    parent_key = ids.conversation_key(record.parent_id)
+    # The parent's lock serializes clones of one parent (its metadata carries one tag at a
+    # time) and holds its ledger still while the clone point is chosen.
+    with file_lock(layout.conversation_lock(parent_key), timeout_s=PARENT_LOCK_WAIT_S):
+        ledger = _resolve_locked(context, client, key, record, parent_key, ledger)
+    remove_fork(layout, key)
+    reached("record-removed")
+    return ledger
+
+
+def _resolve_locked(
+    context: Context,
+    client: Honcho,
+    key: str,
+    record: ForkRecord,
+    parent_key: str,
+    ledger: Ledger,
+) -> Ledger:
+    layout = context.layout
+    parent_ledger = read_ledger(layout, parent_key)
+    if ledger.clone_intent is not None:  # an interrupted clone: finish it, never re-plan
+        return _clone(context, client, key, record, parent_ledger, ledger).resume(ledger)
+    if (parent_ledger is None or parent_ledger.session_id is None) and read_fork(
+        layout, parent_key
+    ) is not None:
+        # A fork of a fork whose own fork is unresolved: resolve the parent first (its lock is
+        # held here), so there is a session and anchors to clone from.
+        parent_ledger = resolve_pending_fork(
+            context,
+            client,
+            parent_key,
+            record.parent_id,
+            parent_ledger or Ledger(conversation_id=record.parent_id),
+        )
+    delivered_seq = parent_ledger.delivered_seq if parent_ledger else 0
+    pending = Outbox(layout).pending(parent_key, delivered_seq)
+    parent = ParentView(
+        ledger=parent_ledger,
+        pending_entries=tuple(m["entry_id"] for r in pending for m in r["messages"]),
+        # Every record has seq > 0 and compaction needs a ledger: no ledger and nothing
+        # pending means memhoncho never had a record of the parent.
+        seen=parent_ledger is not None or bool(pending),
+    )
+    wait_limit_s = context.settings().fork_wait_s
+    plan = plan_fork(record, parent, now=time.time(), wait_limit_s=wait_limit_s)
+    if plan.outcome is None:
+        raise ForkWaiting(plan.reason)
+    if plan.outcome == "clone" and plan.anchor is not None and parent_ledger is not None:
+        assert parent_ledger.session_id is not None
+        clone = _clone(context, client, key, record, parent_ledger, ledger)
+        return clone.start(ledger, parent_ledger.session_id, *plan.anchor)
+    decision = ForkDecision(
+        parent_id=record.parent_id,
+        at_entry=record.at_entry,
+        outcome=plan.outcome,
+        parent_session_id=parent_ledger.session_id if parent_ledger else None,
+        decided_at=time.time(),
+        reason=plan.reason,
+    )
+    append_decision(layout, key, decision)
+    ledger = ledger.model_copy(update={"fork": decision})
+    write_ledger(layout, key, ledger)
+    reached("decided")
+    log.info(
+        "fork resolved: the child starts a fresh session",
+        extra={"action": "fork_resolved", "conversation": key, "outcome": plan.outcome},
+    )
+    return ledger
+
+
+def _clone(
+    context: Context,
+    client: Honcho,
+    key: str,
+    record: ForkRecord,
+    parent_ledger: Ledger | None,
+    ledger: Ledger,
+) -> Clone:
+    settings = context.settings()
+    return Clone(
+        context.layout,
+        client,
+        key,
+        record,
+        user_peer_id=_user_peer_id(context.layout, key, ledger, parent_ledger),
+        agent_peer_id=settings.agent_peer_id,
+        anchor_window=settings.anchor_window,
+        settle_s=settings.honcho_timeout_s,
+    )
+
+
+def _user_peer_id(layout: Layout, key: str, ledger: Ledger, parent: Ledger | None) -> str:
+    """The child's user: from its own records, else its owner, else the parent's owner."""
+    for record in Outbox(layout).pending(key, ledger.delivered_seq):
+        peer = record.get("user_peer_id")
+        if isinstance(peer, str):
+            return peer
+    owner = ledger.owner if ledger.owner is not None else (parent.owner if parent else None)
+    return ids.peer_id(owner)
+
+
+# ---- the sweep's side and the status view -----------------------------------------------
+
+
+def resolve_fork_now(context: Context, child_id: str) -> dict[str, Any]:
+    """Resolve one pending fork now, under the child's lock (tried once, never waited for)."""
+    from memhoncho import honcho
+
+    key = ids.conversation_key(child_id)
+    layout = context.layout
+    result: dict[str, Any] = {"conversation_key": key}
+    try:
+        with file_lock(layout.conversation_lock(key), timeout_s=0):
+            if read_fork(layout, key) is None:
+                return {**result, "status": "none"}
+            ledger = read_ledger(layout, key) or Ledger(conversation_id=child_id)
+            client = honcho.write_client(context.honcho_target())
+            ledger = resolve_pending_fork(context, client, key, child_id, ledger)
+    except ForkWaiting as exc:
+        return {**result, "status": "waiting", "reason": exc.message}
+    except LockBusy:
+        return {**result, "status": "busy"}
+    except MemhonchoError as exc:
+        return {**result, "status": "failed", "code": exc.code}
+    return {**result, "status": "resolved", "outcome": ledger.fork.outcome if ledger.fork else None}
+
+
+def resolve_pending_forks(context: Context) -> list[dict[str, Any]]:
+    """Try every pending fork once (the sweep, before it redelivers); one result each."""
+    results = []
+    for key in pending_fork_keys(context.layout):
+        try:
+            record = read_fork(context.layout, key)
+        except MemhonchoError as exc:
+            results.append({"conversation_key": key, "status": "failed", "code": exc.code})
+            continue
+        if record is not None:
+            results.append(resolve_fork_now(context, record.child_id))
+    return results
+
+
+def fork_summary(layout: Layout) -> dict[str, Any]:
+    """Pending forks and how resolved ones began, for the status view."""
+    now = time.time()
+    keys = pending_fork_keys(layout)
+    oldest: float | None = None
+    for key in keys:
+        try:
+            record = read_fork(layout, key)
+        except MemhonchoError:
+            continue
+        if record is not None and (oldest is None or record.created_at < oldest):
+            oldest = record.created_at
+    decisions = fork_store.read_decisions(layout)
+    outcomes: dict[str, int] = {}
+    for item in decisions.values():
+        outcomes[str(item.get("outcome"))] = outcomes.get(str(item.get("outcome")), 0) + 1
+    recent = sorted(decisions.values(), key=lambda d: d.get("decided_at") or 0)[-RECENT_DECISIONS:]
+    return {
+        "pending": len(keys),
+        "oldest_pending_age_s": round(max(0.0, now - oldest), 3) if oldest else None,
+        "decisions": outcomes,
+        "recent": [
+            {k: d.get(k) for k in ("child", "outcome", "anchor_entry", "reason", "decided_at")}
+            for d in reversed(recent)
+        ],
+    }

@@ -1,0 +1,116 @@
+"""Pending-fork records: ``state/forks/pending/<child key>.json``, written by the host, no network.
+
+A record says "this conversation was forked from that one at this entry; its Honcho session is
+not established yet". It is created exclusively (a second fork of the same child is refused, even
+when two hosts race) and removed by the worker that resolved the fork, under the child's lock.
+Decisions are also appended to ``state/forks/decisions.jsonl`` for the status view.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from memhoncho.errors import CorruptFile
+from memhoncho.models import ForkDecision
+from memhoncho.store.atomic import append_durably, fsync_dir
+from memhoncho.store.layout import Layout
+
+DECISIONS_FILE = "decisions.jsonl"
+
+
+class ForkRecord(BaseModel):
+    """What the host said about one fork."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    parent_id: str
+    child_id: str
+    at_entry: int
+    created_at: float  #: wall-clock seconds; the parent-wait bound counts from here
+
+
+def decisions_path(layout: Layout) -> Path:
+    return layout.pending_forks_dir.parent / DECISIONS_FILE
+
+
+def read_fork(layout: Layout, key: str) -> ForkRecord | None:
+    """The child's pending fork; None when it has none; CorruptFile when it cannot be parsed."""
+    path = layout.pending_fork(key)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return ForkRecord.model_validate_json(data)
+    except (ValidationError, ValueError):
+        raise CorruptFile("the conversation's fork record is corrupt", file=path.name) from None
+
+
+def create_fork(layout: Layout, key: str, record: ForkRecord) -> bool:
+    """Write the record durably unless one exists already (then False, nothing changed).
+
+    ``os.link`` of a fully written temp file makes creation both atomic and exclusive.
+    """
+    path = layout.pending_fork(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(record.model_dump_json().encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        os.unlink(tmp)
+    fsync_dir(path.parent)
+    return True
+
+
+def remove_fork(layout: Layout, key: str) -> None:
+    """Forget the child's pending fork (its decision is in the child's ledger by now)."""
+    try:
+        os.unlink(layout.pending_fork(key))
+    except FileNotFoundError:
+        return
+    fsync_dir(layout.pending_forks_dir)
+
+
+def pending_fork_keys(layout: Layout) -> list[str]:
+    """Every child with a pending fork record, sorted."""
+    try:
+        names = os.listdir(layout.pending_forks_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
+
+
+def append_decision(layout: Layout, key: str, decision: ForkDecision) -> None:
+    """One line per decision, for the status view (a retried decision repeats its child key)."""
+    line = {"child": key, **decision.model_dump(mode="json")}
+    append_durably(decisions_path(layout), (json.dumps(line, sort_keys=True) + "\n").encode())
+
+
+def read_decisions(layout: Layout) -> dict[str, dict[str, Any]]:
+    """The latest decision per child key; torn or foreign lines are skipped."""
+    try:
+        raw = decisions_path(layout).read_bytes()
+    except FileNotFoundError:
+        return {}
+    latest: dict[str, dict[str, Any]] = {}
+    for line in raw.split(b"\n"):
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict) and isinstance(item.get("child"), str):
+            latest[item["child"]] = item
+    return latest

@@ -1,0 +1,96 @@
+"""Helpers shared by the fork tests: runs to capture, an in-process delivery, Honcho views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memhoncho import forks, honcho, ids
+from memhoncho.capture import OUTBOX_ID_KEY
+from memhoncho.context import Context
+from memhoncho.fork_clone import FORK_CHILD_KEY
+from memhoncho.models import Ledger
+from memhoncho.store.ledger import read_ledger, write_ledger
+from memhoncho.store.locks import file_lock
+from memhoncho.store.outbox import Outbox
+from memhoncho.testing import HonchoStandIn
+
+OWNER = "ana@example.com"
+
+
+def run(
+    run_id: str, inputs: list[tuple[int, str]], answer: tuple[int, str] | None
+) -> dict[str, Any]:
+    """A settled run: user inputs (entry id, text), and the answer (entry id, text) or none."""
+    outcome: dict[str, Any] = {"status": "unanswered"}
+    if answer is not None:
+        outcome = {
+            "status": "answered",
+            "answer": {"entry_id": answer[0], "content": [{"type": "text", "text": answer[1]}]},
+        }
+    return {
+        "run_id": run_id,
+        "owner": OWNER,
+        "inputs": [{"entry_id": e, "text": t} for e, t in inputs],
+        "outcome": outcome,
+    }
+
+
+def deliver_in_process(context: Context, client: Any, conversation_id: str) -> Ledger:
+    """What the delivery engine does, minus its crash handling: enough to drive forks here.
+
+    Resolves the pending fork first, then sends every pending record with its outbox ids and
+    entry ids in metadata, and keeps one anchor per delivered message (windowed).
+    """
+    layout = context.layout
+    settings = context.settings()
+    key = ids.conversation_key(conversation_id)
+    with file_lock(layout.conversation_lock(key)):
+        ledger = read_ledger(layout, key) or Ledger(conversation_id=conversation_id)
+        if ledger.session_id is None and layout.pending_fork(key).exists():
+            ledger = forks.resolve_pending_fork(context, client, key, conversation_id, ledger)
+        pending = Outbox(layout).pending(key, ledger.delivered_seq)
+        if ledger.session_id is None:
+            if not pending:
+                return ledger
+            sid = ids.session_id(settings.workspace_id, conversation_id)
+            honcho.ensure_session(client, sid, pending[0]["user_peer_id"], settings.agent_peer_id)
+            ledger = ledger.model_copy(update={"session_id": sid})
+        assert ledger.session_id is not None
+        for record in pending:
+            outgoing = [
+                honcho.OutgoingMessage(
+                    peer_id=record["user_peer_id"]
+                    if m["role"] == "user"
+                    else settings.agent_peer_id,
+                    content=m["text"],
+                    metadata={**m["meta"], OUTBOX_ID_KEY: m["id"]},
+                )
+                for m in record["messages"]
+            ]
+            stored = honcho.add_messages(client, ledger.session_id, outgoing)
+            anchors = ledger.anchors + [
+                (m["entry_id"], mid) for m, mid in zip(record["messages"], stored, strict=True)
+            ]
+            ledger = ledger.model_copy(
+                update={
+                    "delivered_seq": record["seq"],
+                    "anchors": anchors[-settings.anchor_window :],
+                    "messages_delivered": ledger.messages_delivered + len(stored),
+                }
+            )
+        write_ledger(layout, key, ledger)
+        return ledger
+
+
+def texts(standin: HonchoStandIn, workspace: str, session_id: str | None) -> list[str]:
+    assert session_id is not None
+    return [m["content"] for m in standin.messages(workspace, session_id)]
+
+
+def sessions_of_child(standin: HonchoStandIn, workspace: str, child_key: str) -> list[str]:
+    """Sessions tagged as the child's clone."""
+    return [
+        s["id"]
+        for s in standin.sessions(workspace)
+        if s["metadata"].get(FORK_CHILD_KEY) == child_key
+    ]
