@@ -51,9 +51,11 @@ def call_via_celery(
     try:
         outcome = pending.get(timeout=wait_s, interval=RESULT_POLL_S, propagate=True)
     except CeleryTimeout:
+        # unclear: a worker may have started it and may still finish (a remember, stored).
         raise HonchoTimeout(
             f"memhoncho {tool.name}: no recall worker answered within {wait_s:g} s",
             via="celery",
+            unclear=True,
         ) from None
     except Exception as exc:  # the task itself died (time limit, lost worker)
         raise HonchoFailure(
