@@ -42,6 +42,8 @@ FORK_CHILD_KEY = "memhoncho_fork_child"  #: on a clone: the child conversation's
 FORK_TAG_KEY = "memhoncho_fork_tag"  #: on a clone: the tag of the intent that made it
 ENTRY_ID_KEY = "entry_id"  #: message metadata: the host's transcript entry (capture.py)
 
+SETTLE_SLEEP_MAX_S = 5.0  # seconds a resolution sleeps for a lost clone to settle, not more
+
 STAGE_PREPARED = "prepared"  #: intent written; no clone request sent yet
 STAGE_CLONING = "cloning"  #: a clone request may have been sent; look before cloning again
 STAGE_CLONED = "cloned"  #: the clone's id is known
@@ -102,12 +104,7 @@ class Clone:
         tag = intent["tag"]
         clone_sid = intent.get("clone_session_id")
         if clone_sid is None and intent["stage"] == STAGE_CLONING:
-            clone_sid = self._find(tag, parent_sid)
-            if clone_sid is None and time.time() - float(intent["at"]) < self.settle_s:
-                # The killed attempt's request may still be on its way to being saved.
-                raise ForkWaiting(
-                    "an interrupted clone may still be landing; looking for it again shortly"
-                )
+            clone_sid = self._find_settled(tag, parent_sid, float(intent["at"]))
         if clone_sid is None:
             self._tag_parent(parent_sid, tag)
             reached("parent-tagged")
@@ -166,6 +163,22 @@ class Clone:
         ledger = ledger.model_copy(update=update)
         write_ledger(self.layout, self.key, ledger)
         return ledger
+
+    def _find_settled(self, tag: str, parent_sid: str, sent_at: float) -> str | None:
+        """The earlier attempt's clone, once its request can no longer be landing.
+
+        A killed worker's clone request may still be saved after the worker died; one older
+        than the client timeout (``settle_s``) has settled either way. A short wait is slept
+        here; a long one is a ForkWaiting, so the task retries instead of holding the locks.
+        """
+        found = self._find(tag, parent_sid)
+        remaining = sent_at + self.settle_s - time.time()
+        if found is not None or remaining <= 0:
+            return found
+        if remaining > SETTLE_SLEEP_MAX_S:
+            raise ForkWaiting("an interrupted clone may still be landing; looking again shortly")
+        time.sleep(remaining)
+        return self._find(tag, parent_sid)
 
     def _find(self, tag: str, parent_sid: str) -> str | None:
         """The session an earlier attempt cloned: it carries the tag, tagged as a clone or not."""

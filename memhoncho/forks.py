@@ -129,7 +129,7 @@ class ForkPlan:
 
 
 def plan_fork(
-    record: ForkRecord, parent: ParentView, *, now: float, wait_limit_s: float
+    record: ForkRecord, parent: ParentView, *, now: float, wait_limit_s: float, anchor_window: int
 ) -> ForkPlan:
     at = record.at_entry
     if not parent.seen:
@@ -153,7 +153,10 @@ def plan_fork(
         anchor = (entry, message_id)
     if anchor is not None:
         return ForkPlan("clone", f"clone at the parent's anchor for entry {anchor[0]}", anchor)
-    if ledger.messages_delivered > len(ledger.anchors):
+    # Anchors are kept for the newest ``anchor_window`` entries: a full window has dropped
+    # older ones, so the fork point may have been delivered and its anchor let go.
+    trimmed = len(ledger.anchors) >= anchor_window
+    if trimmed or (ledger.messages_delivered and not ledger.anchors):
         oldest = ledger.anchors[0][0] if ledger.anchors else None
         return ForkPlan(
             "none-window",
@@ -179,7 +182,7 @@ def resolve_pending_fork(
     record = read_fork(layout, key)
     if record is None:
         return ledger
-    if ledger.session_id is not None or (ledger.fork is not None and ledger.clone_intent is None):
+    if _decided(ledger):
         if ledger.fork is None:
             log.warning(
                 "fork record ignored: the child already had a session",
@@ -195,6 +198,13 @@ def resolve_pending_fork(
     remove_fork(layout, key)
     reached("record-removed")
     return ledger
+
+
+def _decided(ledger: Ledger) -> bool:
+    """The child's session is established, or its fork was decided (a fresh start)."""
+    return ledger.session_id is not None or (
+        ledger.fork is not None and ledger.clone_intent is None
+    )
 
 
 def _resolve_locked(
@@ -230,8 +240,14 @@ def _resolve_locked(
         # pending means memhoncho never had a record of the parent.
         seen=parent_ledger is not None or bool(pending),
     )
-    wait_limit_s = context.settings().fork_wait_s
-    plan = plan_fork(record, parent, now=time.time(), wait_limit_s=wait_limit_s)
+    settings = context.settings()
+    plan = plan_fork(
+        record,
+        parent,
+        now=time.time(),
+        wait_limit_s=settings.fork_wait_s,
+        anchor_window=settings.anchor_window,
+    )
     if plan.outcome is None:
         raise ForkWaiting(plan.reason)
     if plan.outcome == "clone" and plan.anchor is not None and parent_ledger is not None:
@@ -303,8 +319,11 @@ def resolve_fork_now(context: Context, child_id: str) -> dict[str, Any]:
             if read_fork(layout, key) is None:
                 return {**result, "status": "none"}
             ledger = read_ledger(layout, key) or Ledger(conversation_id=child_id)
-            client = honcho.write_client(context.honcho_target())
-            ledger = resolve_pending_fork(context, client, key, child_id, ledger)
+            if _decided(ledger):  # a crash came between the ledger and the record's removal
+                remove_fork(layout, key)
+            else:
+                client = honcho.write_client(context.honcho_target())
+                ledger = resolve_pending_fork(context, client, key, child_id, ledger)
     except ForkWaiting as exc:
         return {**result, "status": "waiting", "reason": exc.message}
     except LockBusy:

@@ -99,6 +99,7 @@ def _plan(at: int, parent: forks.ParentView, **kw: Any) -> forks.ForkPlan:
         now=time.time(),
         **{
             "wait_limit_s": 600.0,
+            "anchor_window": 1000,
             **kw,
         },
     )
@@ -154,8 +155,10 @@ def test_a_parent_with_nothing_delivered_is_never_cloned() -> None:
 
 
 def test_a_trimmed_anchor_window_that_starts_after_the_fork_point_starts_fresh() -> None:
-    plan = _plan(2, _parent([(50, "m50"), (51, "m51")], delivered=60))
+    plan = _plan(2, _parent([(50, "m50"), (51, "m51")], delivered=60), anchor_window=2)
     assert plan.outcome == "none-window" and "oldest kept: 50" in plan.reason
+    # A window that is not full has dropped nothing: the parent began after the fork point.
+    assert _plan(2, _parent([(50, "m50"), (51, "m51")], delivered=60)).outcome == "none-empty"
 
 
 # ---- the host's record -------------------------------------------------------------------
@@ -419,3 +422,66 @@ def test_the_sweep_entry_resolves_pending_forks_and_the_summary_counts_them(
     # The child has a session but no records of its own yet: its Honcho history is the clone.
     child = _ledger(env, CHILD)
     assert texts(standin, env["ws"], child.session_id) == ["p-u1", "p-a2"]
+
+
+# ---- interrupted at each step, in process ------------------------------------------------
+
+STEPS = [
+    "intent-written",
+    "parent-tagged",
+    "cloning-written",
+    "cloned",
+    "clone-recorded",
+    "clone-tagged",
+    "parent-untagged",
+    "peers-ensured",
+    "decided",
+    "record-removed",
+]
+
+
+class _Crash(BaseException):
+    """Stands for the process dying at a step: nothing after it runs, no handler catches it."""
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_resolution_cut_off_at_any_step_ends_with_exactly_one_clone(
+    env: dict[str, Any], standin: HonchoStandIn, step: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memhoncho import fork_clone
+
+    _capture(env, PARENT, *PARENT_RUNS)
+    parent = _deliver(env, PARENT)
+    env["host"].conversation_forked(PARENT, CHILD, 4)
+    _capture(env, CHILD, run("c1", [(5, "c-u5")], None))
+
+    def crash_once(reached: str) -> None:
+        if reached == step and not crashed:
+            crashed.append(reached)
+            raise _Crash(reached)
+
+    crashed: list[str] = []
+    monkeypatch.setattr(fork_clone, "STEP_OBSERVERS", [crash_once])
+    monkeypatch.setattr(fork_clone, "SETTLE_SLEEP_MAX_S", 0.0)  # no sleep: retry instead
+    monkeypatch.setenv("MEMHONCHO_HONCHO_TIMEOUT_S", "0.3")  # a lost clone has settled after it
+    with pytest.raises(_Crash):
+        _deliver(env, CHILD)
+    for _ in range(100):
+        try:
+            child = _deliver(env, CHILD)
+            break
+        except ForkWaiting:  # a clone request that may still land: the settle time
+            time.sleep(0.05)
+    else:
+        pytest.fail("the fork never resolved")
+    monkeypatch.setenv("MEMHONCHO_API_KEY", "k")
+    forks.resolve_pending_forks(env["context"])  # the sweep: a record left by the crash goes
+    assert crashed == [step]
+    key = ids.conversation_key(CHILD)
+    assert len(sessions_of_child(standin, env["ws"], key)) == 1
+    assert len(standin.sessions(env["ws"])) == 2  # the parent and the one clone
+    assert texts(standin, env["ws"], child.session_id) == ["p-u1", "p-a2", "p-u3", "p-a4", "c-u5"]
+    meta = {s["id"]: s["metadata"] for s in standin.sessions(env["ws"])}
+    assert INTENT_KEY not in meta[parent.session_id]
+    assert forks.pending_fork_keys(env["context"].layout) == []
+    assert _ledger(env, CHILD).clone_intent is None
