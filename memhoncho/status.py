@@ -134,22 +134,10 @@ def outbox_bucket(census: Census, now: float) -> dict[str, Any]:
 
 
 def forks_bucket(context: Context) -> dict[str, Any]:
-    """Pending fork records; the forks module's own summary when it offers one."""
-    try:
-        from memhoncho import forks  # type: ignore[attr-defined, unused-ignore]
+    """Pending fork records and how resolved ones began (the forks module's own summary)."""
+    from memhoncho.forks import fork_summary
 
-        summary = getattr(forks, "fork_summary", None)
-    except ImportError:
-        summary = None
-    if summary is not None:
-        value = dict(summary(context.layout))
-        value.setdefault("state", OK)
-        return value
-    try:
-        names = [n for n in os.listdir(context.layout.pending_forks_dir) if n.endswith(".json")]
-    except FileNotFoundError:
-        names = []
-    return _bucket([], pending=len(names))
+    return {"state": OK, **fork_summary(context.layout)}
 
 
 def departures_bucket(context: Context) -> dict[str, Any]:

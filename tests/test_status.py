@@ -291,3 +291,45 @@ def test_task_results_show_in_the_view(config_dir: Path, data_dir: Path, redis_u
     task = status_view(ctx)["tasks"]["tasks"]["memhoncho.deliver"]
     assert task["consecutive_failures"] == 1
     assert task["last_error_code"] == "ERR_HONCHO_UNAVAILABLE"
+
+
+def test_a_corrupt_ledger_stays_degraded_until_it_is_repaired(
+    config_dir: Path, data_dir: Path
+) -> None:
+    ctx = _context(config_dir, data_dir)
+    seq = _append(ctx, "c-1", "r1", owner=None, messages=1, captured_at=time.time())
+    path = ctx.layout.ledger(ids.conversation_key("c-1"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{torn")
+    reader = StatusReader(ctx)
+    assert reader.read()["ledgers"]["state"] == "degraded"
+    assert reader.read()["ledgers"]["state"] == "degraded"  # a cached row never hides it
+    assert status_view(ctx)["ledgers"]["state"] == "degraded"  # nor does the saved summary
+    _ledger(ctx, "c-1", delivered_seq=seq)
+    view = reader.read()
+    assert view["ledgers"]["state"] == "ok" and view["outbox"]["state"] == "ok"
+    assert view["outbox"]["pending_batches"] == 0
+
+
+def test_a_damaged_summary_cache_is_rebuilt(config_dir: Path, data_dir: Path) -> None:
+    from memhoncho.store.summary import cache_path
+
+    ctx = _context(config_dir, data_dir)
+    _append(ctx, "c-1", "r1", owner=None, messages=2, captured_at=time.time())
+    assert status_view(ctx)["outbox"]["pending_messages"] == 2
+    data = cache_path(ctx.layout).read_bytes()
+    for damaged in (b"junk", data[: len(data) // 2], data[:-3]):
+        cache_path(ctx.layout).write_bytes(damaged)
+        view = status_view(ctx)
+        assert view["outbox"]["pending_messages"] == 2 and view["outbox"]["state"] == "ok"
+
+
+def test_removed_conversations_leave_the_figures(config_dir: Path, data_dir: Path) -> None:
+    ctx = _context(config_dir, data_dir)
+    reader = StatusReader(ctx)
+    _append(ctx, "c-1", "r1", owner=None, messages=1, captured_at=time.time())
+    _append(ctx, "c-2", "r1", owner=None, messages=1, captured_at=time.time())
+    assert reader.read()["outbox"]["conversations_pending"] == 2
+    Outbox(ctx.layout).remove(ids.conversation_key("c-2"))
+    outbox = reader.read()["outbox"]
+    assert (outbox["conversations"], outbox["conversations_pending"]) == (1, 1)

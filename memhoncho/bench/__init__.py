@@ -9,5 +9,6 @@ BENCHMARKS: dict[str, str] = {
     "broker": "memhoncho.bench.broker",
     "capture": "memhoncho.bench.capture",
     "recall": "memhoncho.bench.recall",
+    "status": "memhoncho.bench.status",
     "sweep": "memhoncho.bench.sweep",
 }

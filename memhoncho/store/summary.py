@@ -1,16 +1,25 @@
 """A cheap, read-only census of the store for the status view.
 
-Each conversation's outbox and ledger are summarised once and the summary is kept, keyed by the
-file's stat, in ``cache/status-summary.json``: a later read only lists the directories and
-parses what changed. Nothing here takes a lock or repairs a file (the outbox does that under
-its lock); an unterminated tail seen without the lock may be an append in progress, so it is
-not counted as corruption.
+One row per conversation holds what its outbox and ledger said when last read (pending
+batches and messages, the oldest pending capture, session, last delivery) and the stat they
+were read under. A read lists the two directories, stats each outbox (captures append in
+place, so only the size and mtime show them) and reads a file again only when it changed.
+Ledgers are only ever replaced (atomic writes), so a changed ledger shows a new inode in the
+directory listing, which costs no stat; a ledger is also stat-ed whenever its conversation has
+pending work or its outbox changed. Rows are kept in ``cache/status-summary.bin`` (columns of
+fixed-width numbers: a one-shot ``memhoncho status`` loads it in milliseconds); it is
+disposable and rebuilt when missing or unreadable.
+
+Nothing here takes a lock or repairs a file (the outbox does that under its lock). An
+unterminated tail seen without the lock may be an append in progress, so it is not counted.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,37 +27,38 @@ from typing import Any
 from pydantic import ValidationError
 
 from memhoncho.models import Ledger
-from memhoncho.store.atomic import write_json
+from memhoncho.store.atomic import write_bytes
 from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import parse
 
-CACHE_VERSION = 1
-Stamp = list[int]  # [inode, size, mtime_ns]
+CACHE_MAGIC = b"memhoncho-status-summary-v2\n"
+
+# Integer columns of a row, then float columns (NaN means "none").
+INT_COLUMNS = (
+    "o_ino", "o_size", "o_mtime", "o_state",  # outbox stat; state: 0 absent, 1 read, 2 unreadable
+    "l_ino", "l_size", "l_mtime", "l_state",  # ledger stat; state: 0 absent, 1 read, 2 bad
+    "delivered_seq", "has_session", "pending_batches", "pending_messages", "corrupt_lines",
+)  # fmt: skip
+FLOAT_COLUMNS = ("oldest_pending_at", "last_delivered_at")
+(O_INO, O_SIZE, O_MTIME, O_STATE, L_INO, L_SIZE, L_MTIME, L_STATE) = range(8)
+(DELIVERED, SESSION, PB, PM, CORRUPT) = range(8, 13)
+OLDEST, LAST = len(INT_COLUMNS), len(INT_COLUMNS) + 1
+ABSENT, READ, BAD = 0, 1, 2
+NAN = float("nan")
+
+Row = list[Any]  # a tuple while loaded and unchanged
 
 
 def cache_path(layout: Layout) -> Path:
-    return layout.root / "cache" / "status-summary.json"
+    return layout.root / "cache" / "status-summary.bin"
 
 
-def _scan(directory: Path, suffix: str) -> tuple[dict[str, Stamp], str | None]:
-    """``{name without suffix: stamp}``; the reason when the directory cannot be listed."""
-    found: dict[str, Stamp] = {}
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                name = entry.name
-                if not name.endswith(suffix) or name.startswith("."):
-                    continue
-                try:
-                    st = entry.stat()
-                except FileNotFoundError:
-                    continue  # removed while listing
-                found[name[: -len(suffix)]] = [st.st_ino, st.st_size, st.st_mtime_ns]
-    except FileNotFoundError:
-        return {}, None
-    except OSError as exc:
-        return {}, f"cannot list {directory.name}/ ({exc.strerror or type(exc).__name__})"
-    return found, None
+def _new_row() -> Row:
+    return [0] * len(INT_COLUMNS) + [NAN, NAN]
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
 
 
 @dataclass
@@ -62,7 +72,7 @@ class Census:
     conversations_pending: int = 0
     corrupt_outbox_lines: int = 0  #: seen, not yet quarantined by the outbox
     outbox_errors: list[str] = field(default_factory=list)
-    upper_bound_conversations: int = 0  #: pending counted from 0 because the ledger is corrupt
+    upper_bound_conversations: int = 0  #: pending counted from 0 because the ledger is bad
     ledgers: int = 0
     sessions: int = 0
     newest_delivery_at: float | None = None
@@ -75,157 +85,385 @@ class Census:
     quarantine_errors: list[str] = field(default_factory=list)
 
 
-def _outbox_entry(path: Path) -> dict[str, Any]:
-    """``r``: [seq, messages, captured_at] per record; ``c``: corrupt lines; ``e``: read error."""
+def _list_stats(directory: Path, suffix: str) -> tuple[dict[str, os.stat_result], str | None]:
+    """``{name without suffix: stat}``; the reason when the directory cannot be listed."""
+    found: dict[str, os.stat_result] = {}
+    cut = len(suffix)
     try:
-        data = path.read_bytes()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.endswith(suffix) and not name.startswith("."):
+                    try:
+                        found[name[:-cut]] = entry.stat()
+                    except FileNotFoundError:
+                        continue  # removed while listing
     except FileNotFoundError:
-        return {"r": [], "c": 0}
+        return {}, None
     except OSError as exc:
-        return {"e": f"cannot read outbox {path.name} ({exc.strerror or type(exc).__name__})"}
-    parsed = parse(data)
-    records = [
-        [r["seq"], len(r.get("messages") or []), float(r.get("captured_at") or 0)]
-        for r in parsed.records
-    ]
-    return {"r": records, "c": len(parsed.corrupt)}
+        return {}, f"cannot list {directory.name}/ ({_reason(exc)})"
+    return found, None
 
 
-def _ledger_entry(path: Path) -> dict[str, Any]:
-    """``d``: delivered_seq; ``s``: has a Honcho session; ``t``: last delivery; ``e``: error."""
+def _list_inodes(directory: Path, suffix: str) -> tuple[dict[str, int], str | None]:
+    """``{name without suffix: inode}`` from the listing alone (no stat)."""
+    found: dict[str, int] = {}
+    cut = len(suffix)
     try:
-        data = path.read_bytes()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.endswith(suffix) and not name.startswith("."):
+                    found[name[:-cut]] = entry.inode()
     except FileNotFoundError:
-        return {"d": 0, "s": False, "t": None}
+        return {}, None
     except OSError as exc:
-        return {"e": f"cannot read ledger {path.name} ({exc.strerror or type(exc).__name__})"}
-    try:
-        ledger = Ledger.model_validate_json(data)
-    except (ValidationError, ValueError):
-        return {"e": f"ledger {path.name} is corrupt"}
-    return {
-        "d": ledger.delivered_seq,
-        "s": ledger.session_id is not None,
-        "t": ledger.last_delivered_at,
-    }
+        return {}, f"cannot list {directory.name}/ ({_reason(exc)})"
+    return found, None
 
 
-def _line_file_entry(path: Path) -> dict[str, Any]:
-    """``n``: complete lines in a dead-letter or quarantine file, by a byte count."""
+def _open_dir(directory: Path) -> int:
+    """A descriptor of ``directory`` (stats relative to it skip the path walk); -1 if none."""
     try:
-        with path.open("rb") as handle:
-            count = 0
-            while chunk := handle.read(1 << 20):
-                count += chunk.count(b"\n")
-        return {"n": count}
-    except FileNotFoundError:
-        return {"n": 0}
-    except OSError as exc:
-        return {"e": f"cannot read {path.name} ({exc.strerror or type(exc).__name__})"}
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return -1
+
+
+def _count_lines(path: Path) -> int:
+    count = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            count += chunk.count(b"\n")
+    return count
 
 
 class SummaryCache:
-    """Per-file summaries keyed by stat; persisted so a one-shot CLI read is cheap too."""
+    """The rows, in memory and on disk; ``census()`` brings them up to date and sums them."""
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self.path = cache_path(layout)
-        self._memory: dict[str, dict[str, Any]] | None = None
+        self._rows: dict[str, Row] | None = None
+        self._lines: dict[str, list[Any]] = {}  # dead/quarantine file -> [ino, size, mtime, n]
+        self._totals: tuple[Any, ...] | None = None  # the sums, until a row changes
         self._changed = False
 
-    def _load(self) -> dict[str, dict[str, Any]]:
-        if self._memory is not None:
-            return self._memory
-        try:
-            value = json.loads(self.path.read_bytes())
-            sections = value["sections"] if value.get("version") == CACHE_VERSION else {}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            sections = {}  # a disposable cache: rebuild it
-        self._memory = {name: sections.get(name, {}) for name in ("o", "l", "dead", "q")}
-        return self._memory
+    # ---- the saved rows ------------------------------------------------------------------
 
-    def _entries(
-        self, section: str, stamps: dict[str, Stamp], directory: Path, suffix: str, reader: Any
-    ) -> dict[str, dict[str, Any]]:
-        cached = self._load()[section]
-        fresh: dict[str, dict[str, Any]] = {}
-        for name, stamp in stamps.items():
-            entry = cached.get(name)
-            if entry is None or entry.get("stamp") != stamp or "e" in entry:
-                entry = {**reader(directory / f"{name}{suffix}"), "stamp": stamp}
-                self._changed = True
-            fresh[name] = entry
-        if len(fresh) != len(cached):
-            self._changed = True
-        self._load()[section] = fresh
-        return fresh
+    def _load(self) -> dict[str, Row]:
+        if self._rows is not None:
+            return self._rows
+        self._rows = {}
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return self._rows
+        try:
+            self._rows, self._lines = _decode(data)
+        except (ValueError, KeyError, TypeError, EOFError, OverflowError):
+            self._rows, self._lines = {}, {}  # disposable: rebuilt below
+        return self._rows
 
     def save(self) -> None:
-        if not self._changed or self._memory is None:
+        if not self._changed or self._rows is None:
             return
         try:
-            write_json(self.path, {"version": CACHE_VERSION, "sections": self._memory})
+            write_bytes(self.path, _encode(self._rows, self._lines))
         except OSError:
             pass  # a cache that cannot be saved is rebuilt next time
         self._changed = False
 
-    def census(self) -> Census:
-        layout = self.layout
-        out = Census()
-        outbox_stamps, outbox_err = _scan(layout.outbox_dir, ".jsonl")
-        ledger_stamps, ledger_err = _scan(layout.ledger_dir, ".json")
-        dead_stamps, dead_err = _scan(layout.dead_dir, ".jsonl")
-        q_stamps, q_err = _scan(layout.quarantine_dir, ".jsonl")
-        outboxes = self._entries("o", outbox_stamps, layout.outbox_dir, ".jsonl", _outbox_entry)
-        ledgers = self._entries("l", ledger_stamps, layout.ledger_dir, ".json", _ledger_entry)
-        dead = self._entries("dead", dead_stamps, layout.dead_dir, ".jsonl", _line_file_entry)
-        quarantine = self._entries("q", q_stamps, layout.quarantine_dir, ".jsonl", _line_file_entry)
-        self.save()
+    # ---- bringing a row up to date -------------------------------------------------------
 
-        out.outbox_errors = [outbox_err] if outbox_err else []
-        out.ledger_errors = [ledger_err] if ledger_err else []
-        out.ledgers = len(ledgers)
-        for entry in ledgers.values():
-            if "e" in entry:
-                out.ledger_errors.append(entry["e"])
+    def _read_ledger(self, key: str, row: Row, errors: list[str]) -> None:
+        path = self.layout.ledger(key)
+        try:
+            data = path.read_bytes()
+            ledger = Ledger.model_validate_json(data)
+        except FileNotFoundError:
+            row[L_STATE] = ABSENT
+            row[DELIVERED] = row[SESSION] = 0
+            row[LAST] = NAN
+            return
+        except OSError as exc:
+            errors.append(f"cannot read ledger {path.name} ({_reason(exc)})")
+            row[L_STATE] = BAD
+            return
+        except (ValidationError, ValueError):
+            errors.append(f"ledger {path.name} is corrupt")
+            row[L_STATE] = BAD
+            return
+        row[L_STATE] = READ
+        row[DELIVERED] = ledger.delivered_seq
+        row[SESSION] = int(ledger.session_id is not None)
+        row[LAST] = NAN if ledger.last_delivered_at is None else float(ledger.last_delivered_at)
+
+    def _read_outbox(self, key: str, row: Row, errors: list[str]) -> None:
+        path = self.layout.outbox(key)
+        row[PB] = row[PM] = row[CORRUPT] = 0
+        row[OLDEST] = NAN
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            row[O_STATE] = ABSENT
+            return
+        except OSError as exc:
+            errors.append(f"cannot read outbox {path.name} ({_reason(exc)})")
+            row[O_STATE] = BAD
+            return
+        parsed = parse(data)
+        delivered = row[DELIVERED] if row[L_STATE] == READ else 0
+        oldest = math.inf
+        for record, _ in parsed.lines:
+            if record.get("mark") or record["seq"] <= delivered:
                 continue
-            out.sessions += bool(entry["s"])
-            t = entry.get("t")
-            if t is not None and (out.newest_delivery_at is None or t > out.newest_delivery_at):
-                out.newest_delivery_at = t
-        out.conversations = len(outboxes.keys() | ledgers.keys())
-        for key, entry in outboxes.items():
-            if "e" in entry:
-                out.outbox_errors.append(entry["e"])
-                continue
-            out.corrupt_outbox_lines += entry["c"]
-            ledger = ledgers.get(key, {"d": 0})
-            if "e" in ledger:
-                out.upper_bound_conversations += 1
-            delivered = ledger.get("d", 0)
-            pending = [r for r in entry["r"] if r[0] > delivered]
-            if not pending:
-                continue
-            out.conversations_pending += 1
-            out.pending_batches += len(pending)
-            out.pending_messages += sum(r[1] for r in pending)
-            oldest = min(r[2] for r in pending)
-            if out.oldest_pending_at is None or oldest < out.oldest_pending_at:
-                out.oldest_pending_at = oldest
-        for entries, err, attr in (
-            (dead, dead_err, "dead"),
-            (quarantine, q_err, "quarantine"),
-        ):
-            errors = [err] if err else []
-            lines = 0
-            for entry in entries.values():
-                if "e" in entry:
-                    errors.append(entry["e"])
-                else:
-                    lines += entry["n"]
-            if attr == "dead":
-                out.dead_files, out.dead_records, out.dead_errors = len(entries), lines, errors
+            row[PB] += 1
+            row[PM] += len(record.get("messages") or [])
+            captured = record.get("captured_at")
+            if isinstance(captured, int | float) and captured < oldest:
+                oldest = float(captured)
+        row[OLDEST] = oldest if oldest != math.inf else NAN
+        row[CORRUPT] = len(parsed.corrupt)
+        row[O_STATE] = READ
+
+    def _refresh(
+        self,
+        key: str,
+        row: Row,
+        outbox: os.stat_result | None,
+        ledger_ino: int | None,
+        ledger_fd: int,
+        outbox_errors: list[str],
+        ledger_errors: list[str],
+    ) -> bool:
+        """Bring ``row`` up to date (ledger first: pending depends on it); True if it changed."""
+        if outbox is None:
+            outbox_changed = row[O_STATE] != ABSENT
+        else:
+            outbox_changed = (
+                row[O_SIZE] != outbox.st_size
+                or row[O_MTIME] != outbox.st_mtime_ns
+                or row[O_INO] != outbox.st_ino
+                or row[O_STATE] != READ
+            )
+        basis = (row[L_STATE], row[DELIVERED])
+        changed = False
+        if ledger_ino is None:
+            if row[L_STATE] != ABSENT:
+                row[L_INO : L_MTIME + 1] = [0, 0, 0]
+                row[L_STATE], row[DELIVERED], row[SESSION], row[LAST] = ABSENT, 0, 0, NAN
+                changed = True
+        elif ledger_ino != row[L_INO] or row[L_STATE] != READ or row[PB] or outbox_changed:
+            try:
+                st = (
+                    os.stat(f"{key}.json", dir_fd=ledger_fd)
+                    if ledger_fd >= 0
+                    else os.stat(self.layout.ledger(key))
+                )
+                l_stamp = [st.st_ino, st.st_size, st.st_mtime_ns]
+            except OSError:
+                l_stamp = [0, 0, 0]  # gone or unreadable: the read says which
+            if l_stamp != row[L_INO : L_MTIME + 1] or row[L_STATE] != READ:
+                self._read_ledger(key, row, ledger_errors)  # a bad one is re-read every time
+                row[L_INO : L_MTIME + 1] = l_stamp
+                changed = True
+        if outbox_changed or (row[L_STATE], row[DELIVERED]) != basis:
+            if outbox is None:
+                row[O_INO : O_MTIME + 1] = [0, 0, 0]
+                row[O_STATE], row[PB], row[PM], row[CORRUPT], row[OLDEST] = ABSENT, 0, 0, 0, NAN
             else:
-                out.quarantine_files, out.quarantined_lines = len(entries), lines
-                out.quarantine_errors = errors
+                row[O_INO : O_MTIME + 1] = [outbox.st_ino, outbox.st_size, outbox.st_mtime_ns]
+                self._read_outbox(key, row, outbox_errors)  # an unreadable one: every time
+            changed = True
+        return changed
+
+    def _line_files(self, directory: Path, tag: str) -> tuple[int, int, list[str]]:
+        """(files, lines, errors) of the dead-letter or quarantine directory, by a byte count."""
+        stats, error = _list_stats(directory, ".jsonl")
+        errors = [error] if error else []
+        total = 0
+        seen = set()
+        for name, st in stats.items():
+            slot = f"{tag}/{name}"
+            seen.add(slot)
+            stamp = [st.st_ino, st.st_size, st.st_mtime_ns]
+            cached = self._lines.get(slot)
+            if cached is None or cached[:3] != stamp:
+                try:
+                    cached = [*stamp, _count_lines(directory / f"{name}.jsonl")]
+                except OSError as exc:
+                    errors.append(f"cannot read {name}.jsonl ({_reason(exc)})")
+                    self._lines.pop(slot, None)
+                    continue
+                self._lines[slot] = cached
+                self._changed = True
+            total += cached[3]
+        for slot in [s for s in self._lines if s.startswith(tag + "/") and s not in seen]:
+            del self._lines[slot]
+            self._changed = True
+        return len(stats), total, errors
+
+    # ---- the census ----------------------------------------------------------------------
+
+    def census(self) -> Census:
+        rows = self._load()
+        out = Census()
+        outboxes, outbox_error = _list_stats(self.layout.outbox_dir, ".jsonl")
+        ledgers, ledger_error = _list_inodes(self.layout.ledger_dir, ".json")
+        out.outbox_errors = [outbox_error] if outbox_error else []
+        out.ledger_errors = [ledger_error] if ledger_error else []
+        keys = outboxes.keys() | ledgers.keys()
+        for gone in [k for k in rows if k not in keys]:
+            del rows[gone]
+            self._totals = None
+            self._changed = True
+        ledger_fd = _open_dir(self.layout.ledger_dir) if ledgers else -1
+        rows_changed = False
+        try:
+            for key in keys:
+                row = rows.get(key)
+                outbox = outboxes.get(key)
+                ledger_ino = ledgers.get(key)
+                if row is not None and not row[PB] and _unchanged(row, outbox, ledger_ino):
+                    continue  # the common case, decided without a call or a stat
+                if row is None:
+                    row = rows[key] = _new_row()
+                    row[O_STATE] = BAD  # forces a first read
+                    row[L_STATE] = ABSENT
+                elif type(row) is tuple:
+                    row = rows[key] = list(row)
+                if self._refresh(
+                    key,
+                    row,
+                    outbox,
+                    ledger_ino,
+                    ledger_fd,
+                    out.outbox_errors,
+                    out.ledger_errors,
+                ):
+                    rows_changed = True
+        finally:
+            if ledger_fd >= 0:
+                os.close(ledger_fd)
+        out.conversations = len(keys)
+        out.ledgers = len(ledgers)
+        if rows_changed or self._totals is None:
+            self._changed = self._changed or rows_changed
+            self._totals = _totals(rows)
+        (
+            out.sessions,
+            out.corrupt_outbox_lines,
+            out.conversations_pending,
+            out.pending_batches,
+            out.pending_messages,
+            out.upper_bound_conversations,
+            out.oldest_pending_at,
+            out.newest_delivery_at,
+        ) = self._totals
+        out.dead_files, out.dead_records, out.dead_errors = self._line_files(
+            self.layout.dead_dir, "dead"
+        )
+        out.quarantine_files, out.quarantined_lines, out.quarantine_errors = self._line_files(
+            self.layout.quarantine_dir, "quarantine"
+        )
+        self.save()
         return out
+
+
+def _unchanged(row: Row, outbox: os.stat_result | None, ledger_ino: int | None) -> bool:
+    """Both files are as the row saw them (by the outbox's stat and the ledger's inode)."""
+    if outbox is None:
+        if row[O_STATE] != ABSENT:
+            return False
+    elif (
+        row[O_STATE] != READ
+        or row[O_SIZE] != outbox.st_size
+        or row[O_MTIME] != outbox.st_mtime_ns
+        or row[O_INO] != outbox.st_ino
+    ):
+        return False
+    if ledger_ino is None:
+        return bool(row[L_STATE] == ABSENT)
+    return bool(row[L_STATE] == READ and row[L_INO] == ledger_ino)
+
+
+def _totals(rows: dict[str, Row]) -> tuple[Any, ...]:
+    """Sums over the rows, in ``Census`` field order (see ``SummaryCache.census``)."""
+    sessions = corrupt = conversations = batches = messages = upper = 0
+    oldest = math.inf
+    newest = -math.inf
+    for row in rows.values():
+        sessions += row[SESSION]
+        if row[LAST] > newest:  # NaN compares False
+            newest = row[LAST]
+        if row[O_STATE] != READ:
+            continue
+        corrupt += row[CORRUPT]
+        if row[PB]:
+            conversations += 1
+            batches += row[PB]
+            messages += row[PM]
+            if row[OLDEST] < oldest:
+                oldest = row[OLDEST]
+            if row[L_STATE] == BAD:
+                upper += 1
+    return (
+        sessions,
+        corrupt,
+        conversations,
+        batches,
+        messages,
+        upper,
+        oldest if oldest != math.inf else None,
+        newest if newest != -math.inf else None,
+    )
+
+
+# ---- the cache file: a JSON header line, the keys, then the columns ------------------------
+
+
+def _encode(rows: dict[str, Row], lines: dict[str, list[Any]]) -> bytes:
+    keys = list(rows)
+    values = list(rows.values())
+    n_int = len(INT_COLUMNS)
+    # Column-major, so loading is a few C-speed slices and one zip.
+    ints = array("q", (int(row[c]) for c in range(n_int) for row in values))
+    floats = array("d", (float(row[c]) for c in range(n_int, n_int + 2) for row in values))
+    key_blob = "\n".join(keys).encode("utf-8")
+    header = {"rows": len(keys), "keys_bytes": len(key_blob), "lines": lines}
+    return (
+        CACHE_MAGIC
+        + json.dumps(header, separators=(",", ":")).encode()
+        + b"\n"
+        + key_blob
+        + ints.tobytes()
+        + floats.tobytes()
+    )
+
+
+def _decode(data: bytes) -> tuple[dict[str, Row], dict[str, list[Any]]]:
+    if not data.startswith(CACHE_MAGIC):
+        raise ValueError("not a status summary")
+    end = data.index(b"\n", len(CACHE_MAGIC))
+    header = json.loads(data[len(CACHE_MAGIC) : end])
+    count, key_bytes = int(header["rows"]), int(header["keys_bytes"])
+    start = end + 1
+    keys = data[start : start + key_bytes].decode("utf-8").split("\n") if count else []
+    start += key_bytes
+    ints, floats = array("q"), array("d")
+    n_int, n_float = len(INT_COLUMNS), len(FLOAT_COLUMNS)
+    int_bytes = count * n_int * ints.itemsize
+    ints.frombytes(data[start : start + int_bytes])
+    floats.frombytes(data[start + int_bytes : start + int_bytes + count * n_float * 8])
+    if len(keys) != count or len(ints) != count * n_int or len(floats) != count * n_float:
+        raise ValueError("truncated status summary")
+    int_list, float_list = ints.tolist(), floats.tolist()
+    columns: list[list[Any]] = [int_list[c * count : (c + 1) * count] for c in range(n_int)]
+    columns += [float_list[c * count : (c + 1) * count] for c in range(n_float)]
+    # Tuples (cheap to build); a row becomes a list only when it changes.
+    rows: dict[str, Any] = dict(zip(keys, zip(*columns, strict=True), strict=True)) if count else {}
+    lines = header.get("lines") or {}
+    if not isinstance(lines, dict):
+        raise ValueError("bad status summary header")
+    return rows, lines
