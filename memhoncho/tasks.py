@@ -7,7 +7,10 @@ import this module.
 from __future__ import annotations
 
 import logging
+import random
 from typing import Any
+
+from celery import signals
 
 from memhoncho.celery_app import app
 from memhoncho.context import Context
@@ -18,6 +21,86 @@ log = logging.getLogger(__name__)
 def task_context() -> Context:
     """The dirs the app was built for (from ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR``)."""
     return Context.from_dirs(app.conf.memhoncho_config_dir, app.conf.memhoncho_data_dir)
+
+
+@signals.worker_process_init.connect(weak=False, dispatch_uid="memhoncho.tasks.process_init")
+def _fresh_honcho_clients(**_: Any) -> None:
+    """Each pool process builds its own Honcho clients, lazily; none is inherited."""
+    from memhoncho import honcho
+
+    honcho.close_clients()  # in a fresh child: drops the parent's, closes nothing of theirs
+
+
+@signals.worker_process_shutdown.connect(weak=False, dispatch_uid="memhoncho.tasks.process_end")
+def _close_honcho_clients(**_: Any) -> None:
+    from memhoncho import honcho
+
+    honcho.close_clients()
+
+
+# ---- delivery ----------------------------------------------------------------------------
+
+LOCK_RETRY_S = 1.0  # seconds (jittered 0.5x..1.5x): another worker holds the conversation
+FORK_RETRY_S = 5.0  # seconds (jittered): a fork waits for its parent's delivery
+#: Honcho failures in a row with no message delivered between them before the hint is
+#: dropped (the records stay pending; the sweep re-drives them)
+DELIVER_MAX_FAILURES = 20
+
+
+def _jittered(seconds: float) -> float:
+    return seconds * random.uniform(0.5, 1.5)
+
+
+# At least once (acks_late, requeued when a worker dies): delivery is idempotent by design.
+@app.task(name="memhoncho.deliver", bind=True, ignore_result=True, acks_late=True, max_retries=None)
+def deliver(
+    self: Any, conversation_id: str, failures: int = 0, held: int = -1
+) -> dict[str, Any] | None:
+    """Deliver the conversation's pending records (``delivery.deliver_conversation``).
+
+    ``failures``: Honcho failures in a row so far; ``held``: the ledger's delivered-message
+    count at the last one (progress since then starts the count again).
+    """
+    from memhoncho import delivery, honcho
+    from memhoncho.errors import ForkWaiting, HonchoFailure, LockBusy, MemhonchoError
+
+    context = task_context()
+    try:
+        report = delivery.deliver_conversation(context, conversation_id)
+    except ForkWaiting:
+        raise self.retry(countdown=_jittered(FORK_RETRY_S)) from None
+    except LockBusy:
+        raise self.retry(countdown=_jittered(LOCK_RETRY_S)) from None
+    except HonchoFailure as exc:
+        now_held = delivery.messages_delivered(context, conversation_id)
+        failures = 1 if now_held > held else failures + 1
+        decision = honcho.classify(exc, failures)
+        if decision.retry and failures < DELIVER_MAX_FAILURES:
+            countdown = decision.delay_s if decision.delay_s is not None else LOCK_RETRY_S
+            retry_kwargs = {"failures": failures, "held": now_held}
+            raise self.retry(countdown=countdown, kwargs=retry_kwargs) from None
+        log.warning(
+            "delivery stopped; the records stay pending for the sweep",
+            extra={"action": "delivery_gave_up", "code": exc.code, "failures": failures},
+        )
+        return None
+    except MemhonchoError as exc:  # no key, a bad id, a store error: nothing to retry now
+        log.warning(
+            "delivery not possible now; the records stay pending for the sweep",
+            extra={"action": "delivery_skipped", "code": exc.code},
+        )
+        return None
+    if report.state == delivery.DeliveryState.MORE:
+        app.send_task("memhoncho.deliver", args=[conversation_id], ignore_result=True)
+    if report.first_delivery:
+        app.send_task(
+            "memhoncho.refresh_representation", args=[conversation_id], ignore_result=True
+        )
+    return {
+        "state": str(report.state),
+        "messages": report.delivered_messages + report.recovered_messages,
+        "calls": report.calls,
+    }
 
 
 # At most once (acks_late off): a recall nobody waits for any more must not run twice, and a

@@ -1,0 +1,326 @@
+"""Delivery: get a conversation's pending outbox records into Honcho, in order, exactly once.
+
+``deliver_conversation`` is level-triggered ("this conversation may have pending records"), so
+a duplicate or late call is harmless. Under the conversation lock it reads the ledger and the
+pending records, establishes the Honcho session if the ledger has none (a pending fork first),
+then sends every pending message coalesced, up to 100 a call.
+
+Exactly once: before each call the ledger names the outbox ids in flight; every message carries
+its outbox id in metadata. A failed call whose outcome is unclear leaves the mark, and the next
+attempt (or one finding a mark at start) asks Honcho which of those it holds and sends only the
+rest. Failures are raised for the caller to retry (``honcho.classify``) or give up; the records
+stay pending either way, and the sweep re-drives them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from memhoncho import honcho, ids
+from memhoncho.capture import AGENT, OUTBOX_ID_KEY
+from memhoncho.context import Context
+from memhoncho.delivery_ledger import Pending, fold, pending_messages
+from memhoncho.errors import ForkWaiting, MemhonchoError
+from memhoncho.models import Ledger
+from memhoncho.settings import Settings
+from memhoncho.store.atomic import write_json
+from memhoncho.store.ledger import read_ledger, write_ledger
+from memhoncho.store.locks import file_lock
+from memhoncho.store.outbox import Outbox, Record
+
+if TYPE_CHECKING:
+    from honcho import Honcho
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGES_PER_CALL = honcho.MAX_MESSAGES_PER_CALL  # Honcho's limit per add_messages
+#: calls one delivery makes at most before handing back (``more``), so a large backlog never
+#: holds a worker near the task time limit and other conversations get their turn
+MAX_CALLS_PER_RUN = 50
+FORKS_MODULE = "memhoncho.forks"
+FORKS_FUNCTION = "resolve_pending_fork"
+
+
+class DeliveryState(StrEnum):
+    """How one delivery ended (failures raise instead)."""
+
+    IDLE = "idle"  #: nothing was pending
+    DELIVERED = "delivered"  #: everything pending at the start is in Honcho now
+    MORE = "more"  #: the call budget ran out with messages still pending: deliver again
+
+
+@dataclass
+class DeliveryReport:
+    """What one ``deliver_conversation`` did."""
+
+    conversation_id: str
+    state: DeliveryState = DeliveryState.IDLE
+    delivered_messages: int = 0  #: sent and acknowledged in this run
+    recovered_messages: int = 0  #: found already in Honcho after an unclear send
+    calls: int = 0  #: Honcho requests made (session setup, finds and sends)
+    session_id: str | None = None
+    first_delivery: bool = False  #: this run delivered the conversation's first messages
+
+
+def deliver_conversation(
+    context: Context, conversation_id: str, *, max_calls: int = MAX_CALLS_PER_RUN
+) -> DeliveryReport:
+    """Deliver what is pending for ``conversation_id``; LockBusy if another worker is at it.
+
+    Raises the memhoncho error of a failed Honcho call (after recording it in the ledger),
+    MissingApiKey when there is work but no key, ForkWaiting while a fork's parent lags.
+    """
+    key = ids.conversation_key(conversation_id)
+    with file_lock(context.layout.conversation_lock(key), timeout_s=0):
+        return _Delivery(context, conversation_id, key).run(max_calls)
+
+
+def messages_delivered(context: Context, conversation_id: str) -> int:
+    """How many messages the ledger says Honcho holds (-1 when it cannot be read): progress."""
+    try:
+        ledger = read_ledger(context.layout, ids.conversation_key(conversation_id))
+    except MemhonchoError:
+        return -1
+    return ledger.messages_delivered if ledger else 0
+
+
+class _Delivery:
+    """One run of the engine for one conversation, under its lock."""
+
+    def __init__(self, context: Context, conversation_id: str, key: str) -> None:
+        self.context = context
+        self.layout = context.layout
+        self.conversation_id = conversation_id
+        self.key = key
+        self.report = DeliveryReport(conversation_id)
+        self.ledger = Ledger(conversation_id=conversation_id)
+        self.settings: Settings = context.settings()
+        self.records: list[Record] = []
+        #: peers this run knows the session is configured for (the agent always is)
+        self.ensured_peers: set[str] = {self.settings.agent_peer_id}
+
+    def run(self, max_calls: int) -> DeliveryReport:
+        self.ledger = read_ledger(self.layout, self.key) or self.ledger
+        self.report.session_id = self.ledger.session_id
+        self.records = Outbox(self.layout).pending(self.key, self.ledger.delivered_seq)
+        if not self.records and not self.ledger.in_flight:
+            return self.report
+        client = honcho.write_client(self.context.honcho_target())  # MissingApiKey: no key
+        first = self.ledger.messages_delivered == 0
+        try:
+            self._establish(client)
+            if self.ledger.in_flight:
+                self._reconcile(client)
+            self._send(client, max_calls)
+        except MemhonchoError as exc:
+            self._record_failure(exc)
+            raise
+        if self.report.delivered_messages or self.report.recovered_messages:
+            self.report.first_delivery = first
+            self._mark_last_delivery()
+        return self.report
+
+    # ---- session --------------------------------------------------------------------
+
+    def _establish(self, client: Honcho) -> None:
+        """Give the ledger a Honcho session: the fork's clone, else a fresh one, configured."""
+        if self.ledger.session_id is not None:
+            self.ensured_peers.add(ids.peer_id(self.ledger.owner))
+            return
+        head = self.records[0] if self.records else {}
+        owner = head.get("owner", self.ledger.owner)
+        if self.layout.pending_fork(self.key).exists():
+            # The fork module's own Honcho calls are not counted in ``report.calls``.
+            self.ledger = _resolve_fork(
+                self.context, client, self.key, self.conversation_id, self.ledger
+            )
+        sid = self.ledger.session_id or ids.session_id(
+            self.settings.workspace_id, self.conversation_id
+        )
+        user_peer = head.get("user_peer_id") or ids.peer_id(owner)
+        # Before the first message: Honcho ignores a config given after it (HONCHO.md).
+        honcho.ensure_session(client, sid, user_peer, self.settings.agent_peer_id)
+        self.report.calls += 3  # get-or-create, then each member's config
+        self.ensured_peers.add(user_peer)
+        self.ledger = self.ledger.model_copy(update={"session_id": sid, "owner": owner})
+        write_ledger(self.layout, self.key, self.ledger)
+        self.report.session_id = sid
+        log.info(
+            "honcho session established",
+            extra={"action": "session_established", "conversation_key": self.key},
+        )
+
+    def _ensure_peer(self, client: Honcho, user_peer: str) -> None:
+        """A user peer this session has not been configured for (an owner changed)."""
+        if user_peer in self.ensured_peers:
+            return
+        assert self.ledger.session_id is not None
+        honcho.ensure_session(
+            client, self.ledger.session_id, user_peer, self.settings.agent_peer_id
+        )
+        self.report.calls += 3
+        self.ensured_peers.add(user_peer)
+
+    # ---- exactly once ---------------------------------------------------------------
+
+    def _reconcile(self, client: Honcho) -> None:
+        """An open in-flight mark: learn which of its ids Honcho holds, fold them, clear it."""
+        assert self.ledger.session_id is not None
+        found = honcho.find_outbox_ids(
+            client, self.ledger.session_id, OUTBOX_ID_KEY, self.ledger.in_flight
+        )
+        self.report.calls += 1 + (len(self.ledger.in_flight) - 1) // honcho.FILTER_CHUNK
+        before = self.ledger.messages_delivered
+        self.ledger = self._folded(dict(found)).model_copy(update={"in_flight": []})
+        write_ledger(self.layout, self.key, self.ledger)
+        self.report.recovered_messages += self.ledger.messages_delivered - before
+        log.info(
+            "in-flight send reconciled",
+            extra={
+                "action": "in_flight_reconciled",
+                "conversation_key": self.key,
+                "held": len(found),
+            },
+        )
+
+    def _send(self, client: Honcho, max_calls: int) -> None:
+        todo = pending_messages(self.ledger, self.records)
+        chunks = [
+            todo[i : i + MAX_MESSAGES_PER_CALL] for i in range(0, len(todo), MAX_MESSAGES_PER_CALL)
+        ]
+        if not chunks:
+            self.report.state = DeliveryState.DELIVERED
+            self._write_if_error_cleared()
+            return
+        budget = max(1, max_calls - self.report.calls)
+        sending, rest = chunks[:budget], chunks[budget:]
+        assert self.ledger.session_id is not None
+        sid = self.ledger.session_id
+        # One write per call: the mark of the next chunk goes with the outcome of the last.
+        self.ledger = self.ledger.model_copy(
+            update={"in_flight": [p.outbox_id for p in sending[0]], "last_error": None}
+        )
+        write_ledger(self.layout, self.key, self.ledger)
+        for index, chunk in enumerate(sending):
+            for item in chunk:
+                self._ensure_peer(client, self._author(item))
+            self.report.calls += 1
+            try:
+                honcho_ids = honcho.add_messages(client, sid, [self._outgoing(p) for p in chunk])
+            except MemhonchoError as exc:
+                if not honcho.classify(exc, 1).unclear:  # provably not stored: no mark needed
+                    self.ledger = self.ledger.model_copy(update={"in_flight": []})
+                raise
+            following = sending[index + 1] if index + 1 < len(sending) else []
+            self.ledger = self._folded(
+                dict(zip((p.outbox_id for p in chunk), honcho_ids, strict=True))
+            ).model_copy(update={"in_flight": [p.outbox_id for p in following]})
+            write_ledger(self.layout, self.key, self.ledger)
+            self.report.delivered_messages += len(chunk)
+        self.report.state = DeliveryState.MORE if rest else DeliveryState.DELIVERED
+        log.info(
+            "batch delivered",
+            extra={
+                "action": "batch_delivered",
+                "conversation_key": self.key,
+                "messages": self.report.delivered_messages,
+                "calls": self.report.calls,
+            },
+        )
+
+    def _folded(self, delivered: dict[str, str | None]) -> Ledger:
+        return fold(
+            self.ledger,
+            self.records,
+            delivered,
+            batch_window=self.settings.delivered_batch_window,
+            anchor_window=self.settings.anchor_window,
+            now=time.time(),
+        )
+
+    def _author(self, item: Pending) -> str:
+        if item.message.get("role") == AGENT:
+            return self.settings.agent_peer_id
+        return str(item.record.get("user_peer_id") or ids.peer_id(item.record.get("owner")))
+
+    def _outgoing(self, item: Pending) -> honcho.OutgoingMessage:
+        metadata: dict[str, Any] = {
+            **(item.message.get("meta") or {}),
+            OUTBOX_ID_KEY: item.outbox_id,
+        }
+        captured_at = item.record.get("captured_at")
+        created = (
+            datetime.fromtimestamp(float(captured_at), tz=UTC)
+            if isinstance(captured_at, int | float)
+            else None
+        )
+        return honcho.OutgoingMessage(
+            peer_id=self._author(item),
+            content=str(item.message["text"]),
+            metadata=metadata,
+            created_at=created,
+        )
+
+    # ---- bookkeeping ----------------------------------------------------------------
+
+    def _record_failure(self, exc: MemhonchoError) -> None:
+        """Keep the failure (and the current mark) in the ledger; never raise over ``exc``."""
+        error = {"code": exc.code, "message": exc.message, "at": time.time()}
+        status = getattr(exc, "status", None)
+        if status is not None:
+            error["status"] = status
+        try:
+            self.ledger = self.ledger.model_copy(update={"last_error": error})
+            write_ledger(self.layout, self.key, self.ledger)
+        except (OSError, MemhonchoError):
+            log.exception(
+                "could not record a delivery failure",
+                extra={"action": "failure_not_recorded", "conversation_key": self.key},
+            )
+        log.warning(
+            "delivery failed",
+            extra={"action": "delivery_failed", "conversation_key": self.key, "code": exc.code},
+        )
+
+    def _write_if_error_cleared(self) -> None:
+        if self.ledger.last_error is not None:
+            self.ledger = self.ledger.model_copy(update={"last_error": None})
+            write_ledger(self.layout, self.key, self.ledger)
+
+    def _mark_last_delivery(self) -> None:
+        """``state/last-delivery.json`` for the status view: the newest delivery wins."""
+        write_json(
+            self.layout.last_delivery,
+            {
+                "at": self.ledger.last_delivered_at or time.time(),
+                "conversation_key": self.key,
+                "messages": self.report.delivered_messages + self.report.recovered_messages,
+                "calls": self.report.calls,
+            },
+        )
+
+
+def _resolve_fork(
+    context: Context, client: Honcho, key: str, conversation_id: str, ledger: Ledger
+) -> Ledger:
+    """The seam to ``forks.resolve_pending_fork``: clone the parent, or decide to start fresh.
+
+    Without the fork module the fork waits (ForkWaiting): records stay pending rather than
+    reach a session the fork would not have chosen.
+    """
+    try:
+        module = importlib.import_module(FORKS_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name != FORKS_MODULE:
+            raise
+        raise ForkWaiting("fork resolution is not available in this install") from None
+    resolved: Ledger = getattr(module, FORKS_FUNCTION)(
+        context, client, key, conversation_id, ledger
+    )
+    return resolved

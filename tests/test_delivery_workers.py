@@ -1,0 +1,189 @@
+"""Delivery through real ``celery worker`` processes over real Redis to the stand-in.
+
+Captures come from threads of this process through ``Host.capture``; workers of mixed pools
+deliver; the stand-in's own record of what it stored is the judge: every conversation's
+messages complete, in capture order, each once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memhoncho import ids
+from memhoncho.capture import OUTBOX_ID_KEY
+from memhoncho.context import Context
+from memhoncho.host import Host
+from memhoncho.store.ledger import read_ledger
+from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+from memhoncho.testing.runs import expected_texts, run_event
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-delivery-workers-key"
+OWNER = "ana@example.com"
+CAPTURE_THREADS = 6
+POLL_S = 0.5  # seconds between looks at the stand-in while waiting
+SETTLE_TIMEOUT_S = 240.0  # seconds the workers get to deliver everything
+#: (pool, concurrency) of the workers of the mixed fleet: 4 processes, 3 pool shapes
+MIXED_FLEET = (("prefork", 1), ("prefork", 1), ("prefork", 2), ("threads", 2))
+KILLABLE_FLEET = (("prefork", 2), ("prefork", 2), ("prefork", 1), ("threads", 2))
+
+
+@pytest.fixture
+def standin() -> Iterator[HonchoStandIn]:
+    with HonchoStandIn(api_key=KEY) as running:
+        yield running
+
+
+@pytest.fixture
+def settings(
+    config_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
+) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "base_url": standin.url,
+        "workspace_id": workspace_id,
+        "broker_url": redis_url,
+        "honcho_timeout_s": 1.0,
+    }
+    write_settings(config_dir, values)
+    (config_dir / "secrets.json").write_text(json.dumps({"api-key": KEY}))
+    return values
+
+
+def write_settings(config_dir: Path, values: dict[str, Any]) -> None:
+    (config_dir / "settings").mkdir(parents=True, exist_ok=True)
+    (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(values))
+
+
+@pytest.fixture
+def host(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Iterator[Host]:
+    with Host(config_dir, data_dir) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def fleet(
+    config_dir: Path, data_dir: Path, shapes: Sequence[tuple[str, int]]
+) -> Iterator[list[CeleryProcess]]:
+    """Worker processes of the given (pool, concurrency) shapes, started together."""
+    env = memhoncho_env(config_dir=config_dir, data_dir=data_dir, api_key=None)
+    workers = [
+        CeleryProcess("worker", env, pool=pool, concurrency=concurrency)
+        for pool, concurrency in shapes
+    ]
+    try:
+        for worker in workers:
+            worker.start(wait=False)
+        for worker in workers:
+            worker.wait_ready()
+        yield workers
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+def conversations(count: int) -> list[str]:
+    return [f"conv-{n:03d}" for n in range(count)]
+
+
+def capture_concurrently(
+    host: Host, names: list[str], runs: int, threads: int = CAPTURE_THREADS, pace_s: float = 0.0
+) -> None:
+    """Each thread captures its conversations' runs in order, interleaved across them."""
+    failures: list[BaseException] = []
+
+    def work(mine: list[str]) -> None:
+        try:
+            for i in range(runs):
+                for name in mine:
+                    host.capture(run_event(name, i, OWNER))
+                if pace_s:
+                    time.sleep(pace_s)
+        except BaseException as exc:  # surfaced below
+            failures.append(exc)
+
+    workers = [
+        threading.Thread(target=work, args=(names[t::threads],), daemon=True)
+        for t in range(threads)
+    ]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    assert not failures, failures
+
+
+def stored_texts(standin: HonchoStandIn, workspace_id: str) -> dict[str, list[dict[str, Any]]]:
+    return {s["id"]: s["messages"] for s in standin.sessions(workspace_id)}
+
+
+def wait_delivered(
+    standin: HonchoStandIn,
+    workspace_id: str,
+    names: list[str],
+    runs: int,
+    timeout_s: float = SETTLE_TIMEOUT_S,
+    redrive: Any = None,
+) -> None:
+    """Until the stand-in holds at least every expected message (or the time is up)."""
+    wanted = len(names) * runs * 2
+    deadline = time.monotonic() + timeout_s
+    last, last_change = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        held = sum(len(m) for m in stored_texts(standin, workspace_id).values())
+        if held >= wanted:
+            return
+        if held != last:
+            last, last_change = held, time.monotonic()
+        elif redrive is not None and time.monotonic() - last_change > 10:
+            redrive()  # what the sweep does every 15 minutes, sooner
+            last_change = time.monotonic()
+        time.sleep(POLL_S)
+
+
+def assert_each_conversation_complete_in_order_once(
+    standin: HonchoStandIn, context: Context, workspace_id: str, names: list[str], runs: int
+) -> None:
+    sessions = stored_texts(standin, workspace_id)
+    problems: list[str] = []
+    for name in names:
+        messages = sessions.get(ids.session_id(workspace_id, name), [])
+        texts = [m["content"] for m in messages]
+        outbox_ids = Counter(m["metadata"][OUTBOX_ID_KEY] for m in messages)
+        twice = sum(1 for count in outbox_ids.values() if count > 1)
+        expected = expected_texts(name, runs)
+        if texts != expected:
+            lost = len(set(expected) - set(texts))
+            problems.append(
+                f"{name}: {len(texts)} stored of {len(expected)}, {lost} lost, {twice} twice, "
+                f"in order: {sorted(texts, key=expected.index) == texts if not lost else '?'}"
+            )
+        ledger = read_ledger(context.layout, ids.conversation_key(name))
+        if ledger is None or ledger.in_flight or ledger.messages_delivered != len(expected):
+            problems.append(f"{name}: ledger {ledger and ledger.model_dump(exclude={'anchors'})}")
+    assert not problems, "\n".join(problems[:20])
+
+
+def test_fifty_conversations_of_two_hundred_runs_arrive_complete_in_order_once(
+    host: Host, config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str
+) -> None:
+    names, runs = conversations(50), 200
+    with fleet(config_dir, data_dir, MIXED_FLEET):
+        capture_concurrently(host, names, runs)
+        wait_delivered(standin, workspace_id, names, runs)
+    assert_each_conversation_complete_in_order_once(
+        standin, Context(config_dir, data_dir), workspace_id, names, runs
+    )
+    # Coalesced: far fewer sends than runs.
+    sends = standin.request_count(path_contains="/messages", method="POST")
+    assert sends < len(names) * runs / 2
