@@ -13,6 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
@@ -23,6 +24,7 @@ from memhoncho import tools as recall_tools
 from memhoncho.capture import build_record, is_selected
 from memhoncho.context import Context
 from memhoncho.errors import CorruptFile, InvalidEvent
+from memhoncho.hints import HintPool, settled
 from memhoncho.models import CaptureResult, CaptureStatus, RunEvent
 from memhoncho.store.ledger import LedgerCache
 from memhoncho.store.outbox import Outbox
@@ -55,6 +57,7 @@ class Host:
         self._in_flight = 0
         self._idle = threading.Condition()
         self._closed = False
+        self._hints = HintPool()
         self.celery()  # build the client now, so the first capture pays no import or setup
 
     # ---- capture ------------------------------------------------------------------------
@@ -74,6 +77,7 @@ class Host:
         )
         if record is None:
             return CaptureResult(status=CaptureStatus.EMPTY)
+        hint: list[Future[bool] | None] = []
         appended = self.outbox.append(  # CaptureTooLarge past max_batch_bytes, encoded once
             key,
             record,
@@ -81,10 +85,12 @@ class Host:
             delivered_seq=lambda: self._delivered_seq(key),
             delivered_before=lambda batch: self._delivered_before(key, batch),
             max_bytes=current.max_batch_bytes,
+            # The hint is published while the line is fsynced (see hints.py).
+            after_write=lambda: hint.append(self._hint_soon(run.conversation_id)),
         )
         if appended.duplicate:
             return CaptureResult(status=CaptureStatus.DUPLICATE, batch_id=record["batch_id"])
-        enqueued = self.enqueue_delivery(run.conversation_id)
+        enqueued = settled(hint[0] if hint else None)
         return CaptureResult(
             status=CaptureStatus.CAPTURED, batch_id=record["batch_id"], enqueued=enqueued
         )
@@ -125,9 +131,25 @@ class Host:
             return False
         return self._publish(DELIVER_TASK, [conversation_id])
 
+    def _hint_soon(self, conversation_id: str) -> Future[bool] | None:
+        """Start publishing a delivery hint on a hint thread; None when none is to be sent."""
+        if self._closed or self.context.api_key() is None:
+            return None
+        if time.monotonic() < self._broker_down_until:
+            return None
+        self._begin_publish()  # counted now, so close() waits for it
+        return self._hints.submit(lambda: self._send(DELIVER_TASK, [conversation_id]))
+
     def _publish(self, task: str, args: list[Any]) -> bool:
+        self._begin_publish()
+        return self._send(task, args)
+
+    def _begin_publish(self) -> None:
         with self._idle:
             self._in_flight += 1
+
+    def _send(self, task: str, args: list[Any]) -> bool:
+        """Publish once (no retry loop); ends the publish ``_begin_publish`` counted."""
         try:
             self.celery().send_task(task, args=args, retry=False, ignore_result=True)
             return True
@@ -219,6 +241,8 @@ class Host:
         with self._idle:
             while self._in_flight and time.monotonic() < deadline:
                 self._idle.wait(max(0.0, deadline - time.monotonic()))
+        if not self._in_flight:
+            self._hints.shutdown()  # idle threads only; a stuck publish is not waited on
         with self._app_lock:
             if self._app is not None:
                 self._app.close()

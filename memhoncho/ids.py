@@ -12,6 +12,7 @@ refused with InvalidId.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -21,6 +22,7 @@ from memhoncho.errors import InvalidId
 MAX_INPUT_LEN = 256  # characters of a conversation id or user name
 MAX_ENCODED_LEN = 200  # characters; keeps file names under the 255-byte limit
 DEFAULT_USER = "user"  # the owner of an ownerless conversation
+CACHED_IDS = 4096  # recent ids whose mapping is remembered (they are short strings)
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 HONCHO_ID = re.compile(r"^[A-Za-z0-9_-]{1,512}$")
@@ -67,6 +69,8 @@ def _check(value: object, what: str) -> str:
 
 def conversation_key(conversation_id: object) -> str:
     """The file-name-safe key of a conversation (outbox, ledger, cache, fork files)."""
+    if type(conversation_id) is str:  # a str subclass could hash or compare unlike its value
+        return _conversation_key(conversation_id)
     return _encode(_check(conversation_id, "conversation id"))
 
 
@@ -74,6 +78,20 @@ def peer_id(user_name: object) -> str:
     """The Honcho peer id of a user; ``None`` (an ownerless conversation) is ``user``."""
     if user_name is None:
         return DEFAULT_USER
+    if type(user_name) is str:
+        return _peer_id(user_name)
+    return _encode(_check_user_name(user_name))
+
+
+# Pure functions of a string, called several times per capture: remember the recent ones.
+# A refusal raises, and raising is never cached.
+@functools.lru_cache(maxsize=CACHED_IDS)
+def _conversation_key(conversation_id: str) -> str:
+    return _encode(_check(conversation_id, "conversation id"))
+
+
+@functools.lru_cache(maxsize=CACHED_IDS)
+def _peer_id(user_name: str) -> str:
     return _encode(_check_user_name(user_name))
 
 

@@ -10,6 +10,7 @@ import random
 import signal
 import socket
 import statistics
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -457,6 +458,55 @@ def test_a_key_written_after_the_host_started_applies_at_the_next_capture(
         assert host.capture(_run("r-1")).enqueued is False
         (config_dir / SECRETS_FILE).write_text(json.dumps({"api-key": SECRET}), encoding="utf-8")
         assert host.capture(_run("r-2")).enqueued is True
+
+
+def test_threads_capturing_at_once_each_get_their_line_and_their_hint(
+    config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
+    monkeypatch.setenv("MEMHONCHO_BROKER_URL", redis_url)
+    monkeypatch.setenv("MEMHONCHO_API_KEY", SECRET)
+    results: list[Any] = []
+    with Host(config_dir=config_dir, data_dir=data_dir) as host:
+
+        def capture_some(thread: int) -> None:
+            for i in range(25):
+                conversation = "c-shared" if i % 2 else f"c-{thread}"
+                results.append(host.capture(_run(f"t{thread}-{i}", conversation)))
+
+        threads = [threading.Thread(target=capture_some, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(results) == 200
+    assert all(r.status == "captured" and r.enqueued for r in results)
+    layout = Layout(data_dir)
+    stored = [r for key in layout.conversation_keys() for r in Outbox(layout).read(key).records]
+    assert len(stored) == len({r["batch_id"] for r in stored}) == 200
+
+
+def _capture_in_child(host: Host, answers: Any) -> None:
+    answers.put(host.capture(_run("r-child")).enqueued)
+
+
+def test_a_host_inherited_by_a_forked_child_still_publishes_its_hints(
+    config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
+    monkeypatch.setenv("MEMHONCHO_BROKER_URL", redis_url)
+    monkeypatch.setenv("MEMHONCHO_API_KEY", SECRET)
+    with Host(config_dir=config_dir, data_dir=data_dir) as host:
+        assert host.capture(_run("r-parent")).enqueued  # the hint pool is running now
+        context = multiprocessing.get_context("fork")
+        answers = context.Queue()
+        child = context.Process(target=_capture_in_child, args=(host, answers))
+        child.start()
+        child.join(timeout=60)
+        assert child.exitcode == 0
+        assert answers.get(timeout=5) is True
+        answers.close()
+        answers.join_thread()
+        assert host.capture(_run("r-parent-2")).enqueued
+    assert [r["run_id"] for r in _records(data_dir)] == ["r-parent", "r-child", "r-parent-2"]
 
 
 # ---- processes -----------------------------------------------------------------------------

@@ -87,7 +87,8 @@ def _closed_port() -> int:
 def _config(root: Path, broker_url: str | None) -> Path:
     config = root / "config"
     (config / SETTINGS_FILE).parent.mkdir(parents=True, exist_ok=True)
-    (config / SETTINGS_FILE).write_text(json.dumps({"broker_url": broker_url}), encoding="utf-8")
+    values = {"broker_url": broker_url, "max_pending_batches": 10**9}  # nothing delivers here
+    (config / SETTINGS_FILE).write_text(json.dumps(values), encoding="utf-8")
     (config / SECRETS_FILE).write_text(json.dumps({"api-key": BENCH_KEY}), encoding="utf-8")
     return config
 

@@ -202,12 +202,14 @@ class Outbox:
         delivered_seq: Callable[[], int],
         delivered_before: Callable[[str], bool],
         max_bytes: int | None = None,
+        after_write: Callable[[], object] | None = None,
     ) -> Appended:
         """Append ``record`` (a ``seq`` is assigned) and fsync, unless its batch is known.
 
         ``delivered_seq`` and ``delivered_before`` read the ledger; they are called only when
         needed. Raises OutboxCapacity when the conversation already has ``max_pending``
         undelivered batches, CaptureTooLarge when the line would exceed ``max_bytes``.
+        ``after_write`` runs once the line is written, before its fsync, under the lock.
         """
         path, lock = self._files(key)
         with file_lock(lock):
@@ -243,7 +245,7 @@ class Outbox:
                         f"the run is {len(line)} bytes; the limit is {max_bytes} bytes",
                         limit=max_bytes,
                     )
-                self._write_all(fd, line, tail.size)
+                self._write_all(fd, line, tail.size, after_write)
                 wrote = True
                 tail.advance([(stored, line)])
             finally:
@@ -257,12 +259,22 @@ class Outbox:
         return Appended(duplicate=False, seq=seq)
 
     @staticmethod
-    def _write_all(fd: int, data: bytes, size_before: int) -> None:
+    def _write_all(
+        fd: int, data: bytes, size_before: int, after_write: Callable[[], object] | None = None
+    ) -> None:
         try:
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
+            if after_write is not None:
+                try:
+                    after_write()
+                except Exception as exc:  # a hook never stands between a line and its fsync
+                    log.warning(
+                        "after-write hook failed",
+                        extra={"action": "after_write_failed", "error": type(exc).__name__},
+                    )
             os.fsync(fd)
         except OSError as exc:
             # Leave no partial line behind: the caller is told nothing was accepted.
