@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memhoncho.errors import OutboxCapacity, StoreError
+from memhoncho.store.atomic import append_durably, write_bytes
 from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import Outbox, decode_line, encode_line, parse
 
@@ -240,3 +241,30 @@ def test_a_failed_write_leaves_no_partial_line(
     assert layout.outbox(KEY).read_bytes() == before
     assert not _append(outbox, "b2").duplicate
     assert _batches(outbox) == ["b1", "b2"]
+
+
+def test_side_file_appends_finish_short_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, bytes(data[:3])))
+    append_durably(tmp_path / "side.jsonl", b'{"a":1}\n{"b":2}\n')
+    monkeypatch.undo()
+    assert (tmp_path / "side.jsonl").read_bytes() == b'{"a":1}\n{"b":2}\n'
+
+
+def test_an_interrupted_atomic_write_leaves_the_old_file_and_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state.json"
+    write_bytes(path, b"old")
+
+    def no_space(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(OSError):
+        write_bytes(path, b"new")
+    monkeypatch.undo()
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]

@@ -57,7 +57,9 @@ def append_durably(path: Path, data: bytes) -> None:
     created = not path.exists()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:  # a write may be short (a signal, a full disk): finish the lines
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)
