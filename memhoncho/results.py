@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from memhoncho.errors import MemhonchoError
+from memhoncho.errors import LockBusy, MemhonchoError
 from memhoncho.store.atomic import write_json
 from memhoncho.store.locks import file_lock
 
@@ -36,6 +36,7 @@ REDIS_TIMEOUT_S = 1.0  # seconds; bookkeeping never holds a task up for long
 MAX_MESSAGE_CHARS = 300  # of an error message kept
 RESULTS_FILE = Path("state") / "results.json"
 RESULTS_LOCK = Path("state") / "locks" / "results.lock"
+GAVE_UP_ATTR = "memhoncho_gave_up"  # set on a task's request by ``gave_up``
 
 
 @dataclass
@@ -99,6 +100,7 @@ class ResultsStore(Protocol):
     def record_start(self, name: str, at: float) -> None: ...
     def record_success(self, name: str, at: float) -> None: ...
     def record_failure(self, name: str, at: float, error: ErrorSummary, *, retry: bool) -> None: ...
+    def record_retry(self, name: str) -> None: ...
     def all(self) -> dict[str, TaskResult]: ...
     def beat_heartbeat(self, beat_id: str, at: float) -> None: ...
     def beat_gone(self, beat_id: str) -> None: ...
@@ -151,6 +153,9 @@ class RedisResults:
         pipe.hincrby(KEY_PREFIX + name, "consecutive_failures", 1)
         pipe.hincrby(KEY_PREFIX + name, "retried" if retry else "failed", 1)
         pipe.execute()
+
+    def record_retry(self, name: str) -> None:
+        self.client.hincrby(KEY_PREFIX + name, "retried", 1)
 
     def all(self) -> dict[str, TaskResult]:
         keys = sorted(self.client.scan_iter(match=KEY_PREFIX + "*", count=200))
@@ -240,6 +245,13 @@ class FileResults:
 
         self._update(change)
 
+    def record_retry(self, name: str) -> None:
+        def change(state: dict[str, Any]) -> None:
+            task = self._task(state, name)
+            task["retried"] = int(task.get("retried", 0)) + 1
+
+        self._update(change)
+
     def all(self) -> dict[str, TaskResult]:
         """Raises ValueError when the file is not JSON (the status view says so)."""
         try:
@@ -278,6 +290,15 @@ def store_for(broker_url: str | None, data_dir: Path) -> ResultsStore:
 
 
 # ---- wiring to Celery ----------------------------------------------------------------------
+
+
+def gave_up(task: Any, exc: BaseException) -> None:
+    """Called by a task that returns normally without doing its job (the work stays pending):
+    the results record it as a failure with ``exc``'s code, not as a success."""
+    try:
+        setattr(task.request, GAVE_UP_ATTR, ErrorSummary.of(exc))
+    except Exception:  # bookkeeping never fails a task
+        pass
 
 
 class _Recorder:
@@ -321,6 +342,13 @@ class _Recorder:
 
     def success(self, sender: Any = None, **_: Any) -> None:
         if name := self._name(sender):
+            gave_up = getattr(getattr(sender, "request", None), GAVE_UP_ATTR, None)
+            if isinstance(gave_up, ErrorSummary):  # returned normally, but did not do its job
+                error = gave_up
+                self._safely(
+                    "gave_up", lambda s: s.record_failure(name, time.time(), error, retry=False)
+                )
+                return
             self._safely("success", lambda s: s.record_success(name, time.time()))
 
     def failure(self, sender: Any = None, exception: Any = None, **_: Any) -> None:
@@ -332,7 +360,13 @@ class _Recorder:
 
     def retry(self, sender: Any = None, reason: Any = None, **_: Any) -> None:
         if name := self._name(sender):
-            error = ErrorSummary.of(reason)
+            # ``reason`` is Celery's Retry; the error that caused it is its ``exc`` or, for a
+            # ``self.retry()`` inside an ``except`` block, the exception being handled.
+            cause = getattr(reason, "exc", None) or getattr(reason, "__context__", None) or reason
+            if isinstance(cause, LockBusy):  # contention, not a failure: counted, not blamed
+                self._safely("retry", lambda s: s.record_retry(name))
+                return
+            error = ErrorSummary.of(cause)
             self._safely("retry", lambda s: s.record_failure(name, time.time(), error, retry=True))
 
     def beat_started(self, sender: Any = None, **_: Any) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from celery import signals
 
+from memhoncho import results
 from memhoncho.celery_app import app
 from memhoncho.context import Context
 
@@ -83,12 +84,14 @@ def deliver(
             "delivery stopped; the records stay pending for the sweep",
             extra={"action": "delivery_gave_up", "code": exc.code, "failures": failures},
         )
+        results.gave_up(self, exc)
         return None
     except MemhonchoError as exc:  # no key, a bad id, a store error: nothing to retry now
         log.warning(
             "delivery not possible now; the records stay pending for the sweep",
             extra={"action": "delivery_skipped", "code": exc.code},
         )
+        results.gave_up(self, exc)
         return None
     if report.state == delivery.DeliveryState.MORE:
         app.send_task("memhoncho.deliver", args=[conversation_id], ignore_result=True)
@@ -166,3 +169,4 @@ def refresh_representation(self: Any, conversation_id: str) -> None:
             "representation refresh gave up; the next beat tries again",
             extra={"action": "refresh_gave_up", "code": exc.code},
         )
+        results.gave_up(self, exc)

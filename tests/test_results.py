@@ -141,3 +141,49 @@ def test_the_celery_app_connects_the_recorder() -> None:
     assert isinstance(app.memhoncho_results, results._Recorder)
     receivers = [r[0][0] for r in signals.task_prerun.receivers]
     assert "memhoncho.results.prerun" in receivers
+
+
+class _Request:
+    pass
+
+
+class _BoundTask(_Task):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.request = _Request()
+
+
+def test_a_retry_is_blamed_on_the_error_being_handled_and_lock_contention_is_not_a_failure(
+    data_dir: Path,
+) -> None:
+    from celery.exceptions import Retry
+
+    from memhoncho.errors import ForkWaiting
+
+    recorder = results._Recorder(_App(data_dir))
+    task = _Task("memhoncho.deliver")
+    try:
+        try:
+            raise HonchoUnavailable()
+        except HonchoUnavailable:
+            raise Retry("Task can be retried", None) from None
+    except Retry as retry:
+        recorder.retry(sender=task, reason=retry)
+    recorder.retry(sender=task, reason=Retry("Task can be retried", ForkWaiting()))
+    found = FileResults(data_dir).all()["memhoncho.deliver"]
+    assert found.last_error_code == "ERR_HONCHO_UNAVAILABLE"
+    assert (found.retried, found.consecutive_failures) == (2, 1)
+
+
+def test_a_task_that_gave_up_is_recorded_as_a_failure_not_a_success(data_dir: Path) -> None:
+    from memhoncho.errors import MissingApiKey
+
+    recorder = results._Recorder(_App(data_dir))
+    task = _BoundTask("memhoncho.deliver")
+    results.gave_up(task, MissingApiKey())
+    recorder.success(sender=task)
+    found = FileResults(data_dir).all()["memhoncho.deliver"]
+    assert (found.succeeded, found.failed, found.consecutive_failures) == (0, 1, 1)
+    assert found.last_error_code == "ERR_NO_API_KEY"
+    recorder.success(sender=_BoundTask("memhoncho.deliver"))
+    assert FileResults(data_dir).all()["memhoncho.deliver"].consecutive_failures == 0
