@@ -6,8 +6,11 @@ every conversation with pending records (through the caller's ``enqueue``, the s
 capture); compact: delivered records leave the outbox, records pending longer than
 ``outbox_retention_days`` move to the dead-letter file with a warning each (written durably
 before the outbox is replaced), torn and corrupt lines met on the way go to quarantine.
+Retention is checked on the oldest pending record (records are appended in capture order); a
+rewrite, once one happens, checks every record, and ``replayed_at`` restarts a record's clock.
 
-It never calls Honcho itself and holds no lock while anything calls Honcho: the outbox lock
+Past fork resolution (``forks.resolve_fork_now`` tries each child's lock once and may clone
+under it), the sweep never calls Honcho and holds no lock while anything does: the outbox lock
 only for one rewrite, the conversation lock only (tried, never waited for) around a rewrite
 that dead-letters, so no delivery is reading the records it moves. A failure is recorded for
 its conversation and the sweep goes on. A sweep with nothing pending reads no outbox: the sweep
@@ -118,10 +121,11 @@ def sweep(context: Context, enqueue: Enqueue, *, now: float | None = None) -> Sw
     stamps = outbox_stamps(layout)  # taken before any look, so a change since is seen next time
     report.listed = len(stamps)
     index = load_index(layout)
-    clean: dict[str, tuple[int, ...]] = {}
+    clean: dict[str, list[int]] = {}
+    unchanged = looked_clean = 0  # counted here: a pydantic field assignment costs more
     for key, stamp in stamps.items():
         if index.get(key) == stamp:
-            report.unchanged += 1
+            unchanged += 1
             clean[key] = stamp
             continue
         try:
@@ -130,11 +134,12 @@ def sweep(context: Context, enqueue: Enqueue, *, now: float | None = None) -> Sw
             report.fail("conversation", exc, conversation_key=key)
             continue
         if swept is None:
-            report.clean += 1
+            looked_clean += 1
             clean[key] = stamp
         else:
             report.conversations.append(swept)
             _add_up(report, swept)
+    report.unchanged, report.clean = unchanged, looked_clean
     if clean != index:
         try:
             save_index(layout, clean)

@@ -19,8 +19,8 @@ from memhoncho.store.layout import Layout
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 1
-Stamp = tuple[int, ...]
+INDEX_VERSION = 2
+Stamp = list[int]  # as JSON keeps it, so a loaded index compares without conversion
 
 
 def index_path(layout: Layout) -> Path:
@@ -32,8 +32,8 @@ def file_stamp(path: Path) -> Stamp:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return (0, 0, 0)
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+        return [0, 0, 0]
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
 def outbox_stamps(layout: Layout) -> dict[str, Stamp]:
@@ -54,7 +54,7 @@ def outbox_stamps(layout: Layout) -> dict[str, Stamp]:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:  # removed since the scan began
                 continue
-            stamps[entry.name[: -len(".jsonl")]] = (st.st_ino, st.st_size, st.st_mtime_ns)
+            stamps[entry.name[: -len(".jsonl")]] = [st.st_ino, st.st_size, st.st_mtime_ns]
     return dict(sorted(stamps.items()))
 
 
@@ -70,13 +70,9 @@ def load_index(layout: Layout) -> dict[str, Stamp]:
     if not isinstance(raw, dict) or raw.get("version") != INDEX_VERSION:
         return {}
     clean = raw.get("clean")
-    if not isinstance(clean, dict):
-        return {}
-    return {
-        str(k): tuple(int(x) for x in v)
-        for k, v in clean.items()
-        if isinstance(v, list) and all(isinstance(x, int) for x in v)
-    }
+    # Not checked entry by entry: a malformed stamp never equals a real one, so it only costs
+    # that conversation a look.
+    return clean if isinstance(clean, dict) else {}
 
 
 def save_index(layout: Layout, clean: dict[str, Stamp]) -> None:
