@@ -227,21 +227,21 @@ def test_the_config_summary_shows_no_key_and_no_credentials(
 
 
 def test_queue_depths_come_from_redis(config_dir: Path, data_dir: Path, redis_url: str) -> None:
-    ctx = _context(config_dir, data_dir, broker_url=redis_url, partitions=4)
+    # Partition 37 of 40: no worker of another test on this Redis consumes it.
+    ctx = _context(config_dir, data_dir, broker_url=redis_url, partitions=40)
     exchange = Exchange("memhoncho", type="direct")
+    queue = "memhoncho.deliver.37"
     with Connection(redis_url) as conn:
         producer = conn.Producer()
-        for name, count in (("memhoncho.deliver.2", 3), ("memhoncho.maintenance", 1)):
-            Queue(name, exchange, routing_key=name)(conn.default_channel).declare()
-            for _ in range(count):
-                producer.publish({"x": 1}, exchange=exchange, routing_key=name, priority=0)
-        producer.publish({"x": 1}, exchange=exchange, routing_key="memhoncho.deliver.2", priority=5)
+        Queue(queue, exchange, routing_key=queue)(conn.default_channel).declare()
+        for _ in range(3):
+            producer.publish({"x": 1}, exchange=exchange, routing_key=queue, priority=0)
+        producer.publish({"x": 1}, exchange=exchange, routing_key=queue, priority=5)
     queues = status_view(ctx)["queues"]
     assert queues["state"] == "ok"
-    assert queues["depths"]["memhoncho.deliver.2"] == 4
-    assert queues["depths"]["memhoncho.maintenance"] == 1
-    assert queues["depths"]["memhoncho.deliver.0"] == 0
-    assert queues["total"] == 5
+    assert queues["depths"][queue] == 4  # every priority level counted
+    assert queues["depths"]["memhoncho.deliver.36"] == 0
+    assert len(queues["depths"]) == 42
 
 
 def test_queue_depths_come_from_the_embedded_broker_folder(
