@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
+import signal
 import threading
 import time
 from collections import Counter
@@ -17,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from memhoncho import ids
 from memhoncho.capture import OUTBOX_ID_KEY
 from memhoncho.context import Context
 from memhoncho.host import Host
 from memhoncho.store.ledger import read_ledger
+from memhoncho.sweep import sweep
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.runs import expected_texts, run_event
@@ -187,3 +191,114 @@ def test_fifty_conversations_of_two_hundred_runs_arrive_complete_in_order_once(
     # Coalesced: far fewer sends than runs.
     sends = standin.request_count(path_contains="/messages", method="POST")
     assert sends < len(names) * runs / 2
+
+
+KILLS = 100  # SIGKILLs of pool children, at random moments
+KILL_GAP_S = (0.02, 0.25)  # seconds between kills, uniformly drawn
+SEND_LATENCY_MS = 20  # added to each send, so kills often land mid-send
+
+
+def test_pool_children_killed_at_random_moments_lose_duplicate_and_reorder_nothing(
+    host: Host, config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str
+) -> None:
+    names, runs = conversations(20), 80
+    context = Context(config_dir, data_dir)
+    standin.faults.add(
+        "latency_ms", latency_ms=SEND_LATENCY_MS, count=None, path_contains="/messages"
+    )
+    redrives: list[float] = []
+
+    def redrive() -> None:
+        redrives.append(time.monotonic())
+        sweep(context, host.enqueue_delivery)
+
+    with fleet(config_dir, data_dir, KILLABLE_FLEET) as workers:
+        killable = [
+            w for w, (pool, _) in zip(workers, KILLABLE_FLEET, strict=True) if pool == "prefork"
+        ]
+        capturing = threading.Thread(
+            target=capture_concurrently,
+            args=(host, names, runs),
+            kwargs={"threads": 2, "pace_s": 0.2},
+            daemon=True,
+        )
+        capturing.start()
+        rng = random.Random(20261203)
+        kills = 0
+        while kills < KILLS:
+            time.sleep(rng.uniform(*KILL_GAP_S))
+            if rng.choice(killable).kill_child(signal.SIGKILL) is not None:
+                kills += 1
+        capturing.join()
+        wait_delivered(standin, workspace_id, names, runs, redrive=redrive)
+        mid_task = sum(w.log_text().count("WorkerLostError") for w in workers)
+    print(f"kills={kills} mid-task={mid_task} sweep re-drives={len(redrives)}")
+    assert kills >= KILLS
+    assert_each_conversation_complete_in_order_once(standin, context, workspace_id, names, runs)
+
+
+FAULT_PROBABILITY = 0.072  # each of three kinds: 1 - (1 - 0.072) ** 3 ~ 20% of calls fail
+FAULT_SLEEP_S = 1.5  # seconds a timeout fault holds its request: past honcho_timeout_s
+
+
+def test_a_stand_in_failing_a_fifth_of_calls_loses_and_duplicates_nothing(
+    host: Host, config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str
+) -> None:
+    names, runs = conversations(20), 50
+    context = Context(config_dir, data_dir)
+    for seed, kind in enumerate(("http_500", "http_429", "timeout_after_commit")):
+        standin.faults.add(
+            kind,
+            count=None,
+            probability=FAULT_PROBABILITY,
+            seed=seed,
+            retry_after_s=0.2,
+            sleep_s=FAULT_SLEEP_S,
+        )
+    with fleet(config_dir, data_dir, MIXED_FLEET):
+        capture_concurrently(host, names, runs, threads=2, pace_s=0.05)
+        wait_delivered(
+            standin,
+            workspace_id,
+            names,
+            runs,
+            redrive=lambda: sweep(context, host.enqueue_delivery),
+        )
+    fired = {f["kind"]: f["fired"] for f in standin.faults.list()}
+    print(f"faults fired={fired} of {standin.request_count()} requests")
+    assert all(fired[kind] > 0 for kind in ("http_500", "http_429", "timeout_after_commit")), fired
+    assert_each_conversation_complete_in_order_once(standin, context, workspace_id, names, runs)
+
+
+def test_a_flushed_broker_loses_nothing_the_next_capture_or_the_sweep_redrives_it(
+    host: Host,
+    config_dir: Path,
+    data_dir: Path,
+    standin: HonchoStandIn,
+    workspace_id: str,
+    redis_url: str,
+) -> None:
+    names, runs = conversations(10), 20
+    context = Context(config_dir, data_dir)
+    broker = redis.Redis.from_url(redis_url)
+    capture_concurrently(host, names, runs, threads=2)  # no worker yet: the hints wait
+    broker.flushdb()
+    with fleet(config_dir, data_dir, (("prefork", 2),)):
+        time.sleep(2.0)  # the workers have nothing to go on
+        assert stored_texts(standin, workspace_id) == {}
+        for name in names[:5]:  # the next capture re-drives its conversation's whole backlog
+            host.capture(run_event(name, runs, OWNER))
+        wait_delivered(standin, workspace_id, names[:5], runs + 1)
+        assert_each_conversation_complete_in_order_once(
+            standin, context, workspace_id, names[:5], runs + 1
+        )
+        # Flushed again with deliveries under way; the sweep re-drives what is left.
+        standin.faults.add("latency_ms", latency_ms=200, count=None, path_contains="/messages")
+        for name in names[5:]:
+            host.capture(run_event(name, runs, OWNER))
+        broker.flushdb()
+        report = sweep(context, host.enqueue_delivery)
+        assert report.enqueued >= 1
+        wait_delivered(standin, workspace_id, names, runs + 1)
+    assert_each_conversation_complete_in_order_once(standin, context, workspace_id, names, runs + 1)
+    broker.close()
