@@ -150,7 +150,8 @@ class Demo:
             result = host.capture({"conversation_id": CHILD, "owner": OWNER, **run})
             if result.status != "captured":
                 raise DemoFailed(f"capture in the fork answered {result.status}")
-        self.child_expected = [m for m in expected[:6]] + [
+        # The parent's messages at or before the fork point (entries 1..6: five messages).
+        self.child_expected = expected[:5] + [
             (ids.peer_id(OWNER), run["inputs"][0]["text"]),
             ("agent", run["outcome"]["answer"]["content"][0]["text"]),
         ]
@@ -206,13 +207,18 @@ class Demo:
                     if "marathon" in json.dumps(_jsonable(sections)):
                         break
                 time.sleep(POLL_S)
-            sections = host.sections(PARENT)
-            text = json.dumps(_jsonable(sections), indent=2)
-            if "marathon" not in text:
+            sections = _jsonable(host.sections(PARENT))
+            if "marathon" not in json.dumps(sections):
                 raise DemoFailed("the prompt sections do not show the remembered fact")
-            self.say("  prompt sections, rendered from the local cache with no network call:")
-            for line in text.splitlines():
-                self.out("      " + line)
+            self.say(
+                f"  prompt sections ({sections.get('status')}, {sections.get('tokens')} tokens),"
+                " rendered from the local cache with no network call:"
+            )
+            for section in sections.get("sections", []):
+                self.out(f"      <{section['name']}>")
+                for line in (section["text"] or "(empty: nothing derived for it yet)").splitlines():
+                    self.out(f"        {line}")
+                self.out(f"      </{section['name']}>")
 
     def _tools(self, host: Host) -> None:
         with self.step("calling each recall tool as the model would"):
