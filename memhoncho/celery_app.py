@@ -127,7 +127,40 @@ def create_app(context: Context | None = None, *, role: str = "worker") -> Celer
                 "retry_on_timeout": False,
                 "max_retries": 0,
             }
+        private_pools(celery)
     return celery
+
+
+def private_pools(celery: Celery) -> None:
+    """Give the app its own broker connection and producer pools (kombu's are per process,
+    shared by every app with the same URL), so ``close_app`` can close them without touching
+    anyone else's. After a fork Celery drops both and falls back to kombu's shared pools."""
+    from kombu.pools import ProducerPool
+
+    celery._ensure_after_fork()  # a forked child drops these (Celery's own after-fork hook)
+    limit = celery.conf.broker_pool_limit
+    connections = celery.connection_for_write().Pool(limit=limit)
+    celery._pool = connections
+    celery.amqp._producer_pool = ProducerPool(connections, limit=limit)
+
+
+def close_app(celery: Celery) -> None:
+    """Close the app's broker connections now (Celery's own ``close`` only drops the pool)."""
+    producers = celery.amqp._producer_pool
+    connections = celery._pool
+    celery.close()
+    for pool in (producers, connections):
+        if pool is not None and pool is not _shared_pool(celery, pool):
+            pool.force_close_all()
+
+
+def _shared_pool(celery: Celery, pool: Any) -> Any:
+    """Kombu's process-wide pool of the same kind, if ``pool`` is one (never closed here)."""
+    from kombu import pools
+    from kombu.utils.collections import eqhash
+
+    group = pools.producers if hasattr(pool, "connections") else pools.connections
+    return dict.get(group, eqhash(celery.connection_for_write()))
 
 
 app = create_app()

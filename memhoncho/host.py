@@ -245,7 +245,9 @@ class Host:
             self._hints.shutdown()  # idle threads only; a stuck publish is not waited on
         with self._app_lock:
             if self._app is not None:
-                self._app.close()
+                from memhoncho.celery_app import close_app
+
+                close_app(self._app)
                 self._app = None
 
     def __enter__(self) -> Host:
