@@ -333,3 +333,10 @@ def test_removed_conversations_leave_the_figures(config_dir: Path, data_dir: Pat
     Outbox(ctx.layout).remove(ids.conversation_key("c-2"))
     outbox = reader.read()["outbox"]
     assert (outbox["conversations"], outbox["conversations_pending"]) == (1, 1)
+
+
+def test_the_summary_file_format_has_a_column_for_every_row_field() -> None:
+    from memhoncho.store import summary, summary_file
+
+    assert len(summary.INT_COLUMNS) == summary_file.INT_COLUMN_COUNT
+    assert len(summary.FLOAT_COLUMNS) == summary_file.FLOAT_COLUMN_COUNT

@@ -16,10 +16,8 @@ unterminated tail seen without the lock may be an append in progress, so it is n
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,11 +25,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from memhoncho.models import Ledger
+from memhoncho.store import summary_file
 from memhoncho.store.atomic import write_bytes
 from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import parse
-
-CACHE_MAGIC = b"memhoncho-status-summary-v2\n"
 
 # Integer columns of a row, then float columns (NaN means "none").
 INT_COLUMNS = (
@@ -160,7 +157,7 @@ class SummaryCache:
         except OSError:
             return self._rows
         try:
-            self._rows, self._lines = _decode(data)
+            self._rows, self._lines = summary_file.decode(data)
         except (ValueError, KeyError, TypeError, EOFError, OverflowError):
             self._rows, self._lines = {}, {}  # disposable: rebuilt below
         return self._rows
@@ -169,7 +166,7 @@ class SummaryCache:
         if not self._changed or self._rows is None:
             return
         try:
-            write_bytes(self.path, _encode(self._rows, self._lines))
+            write_bytes(self.path, summary_file.encode(self._rows, self._lines))
         except OSError:
             pass  # a cache that cannot be saved is rebuilt next time
         self._changed = False
@@ -418,52 +415,3 @@ def _totals(rows: dict[str, Row]) -> tuple[Any, ...]:
         oldest if oldest != math.inf else None,
         newest if newest != -math.inf else None,
     )
-
-
-# ---- the cache file: a JSON header line, the keys, then the columns ------------------------
-
-
-def _encode(rows: dict[str, Row], lines: dict[str, list[Any]]) -> bytes:
-    keys = list(rows)
-    values = list(rows.values())
-    n_int = len(INT_COLUMNS)
-    # Column-major, so loading is a few C-speed slices and one zip.
-    ints = array("q", (int(row[c]) for c in range(n_int) for row in values))
-    floats = array("d", (float(row[c]) for c in range(n_int, n_int + 2) for row in values))
-    key_blob = "\n".join(keys).encode("utf-8")
-    header = {"rows": len(keys), "keys_bytes": len(key_blob), "lines": lines}
-    return (
-        CACHE_MAGIC
-        + json.dumps(header, separators=(",", ":")).encode()
-        + b"\n"
-        + key_blob
-        + ints.tobytes()
-        + floats.tobytes()
-    )
-
-
-def _decode(data: bytes) -> tuple[dict[str, Row], dict[str, list[Any]]]:
-    if not data.startswith(CACHE_MAGIC):
-        raise ValueError("not a status summary")
-    end = data.index(b"\n", len(CACHE_MAGIC))
-    header = json.loads(data[len(CACHE_MAGIC) : end])
-    count, key_bytes = int(header["rows"]), int(header["keys_bytes"])
-    start = end + 1
-    keys = data[start : start + key_bytes].decode("utf-8").split("\n") if count else []
-    start += key_bytes
-    ints, floats = array("q"), array("d")
-    n_int, n_float = len(INT_COLUMNS), len(FLOAT_COLUMNS)
-    int_bytes = count * n_int * ints.itemsize
-    ints.frombytes(data[start : start + int_bytes])
-    floats.frombytes(data[start + int_bytes : start + int_bytes + count * n_float * 8])
-    if len(keys) != count or len(ints) != count * n_int or len(floats) != count * n_float:
-        raise ValueError("truncated status summary")
-    int_list, float_list = ints.tolist(), floats.tolist()
-    columns: list[list[Any]] = [int_list[c * count : (c + 1) * count] for c in range(n_int)]
-    columns += [float_list[c * count : (c + 1) * count] for c in range(n_float)]
-    # Tuples (cheap to build); a row becomes a list only when it changes.
-    rows: dict[str, Any] = dict(zip(keys, zip(*columns, strict=True), strict=True)) if count else {}
-    lines = header.get("lines") or {}
-    if not isinstance(lines, dict):
-        raise ValueError("bad status summary header")
-    return rows, lines
