@@ -15,6 +15,12 @@ written down before the next one and a retry finds what the last attempt left:
 A retry in ``cloning`` without a known id looks for a session carrying the tag before cloning
 again; it finds none only if no clone was saved. Clones of one parent are serialized by the
 parent's conversation lock (held by the caller), so the parent carries one tag at a time.
+
+A worker killed mid-request leaves that request to land later: a clone saved after the retry
+looked for it, or a metadata write that clobbers the next clone's tag. So every writer marks
+the parent (``state/forks/cloning/<parent>.json``) for the span of its writes, and whoever
+finds a mark left behind first waits ``settle_s`` (the client timeout) from taking the lock,
+after which whatever the dead writer had in flight has landed or never will.
 """
 
 from __future__ import annotations
@@ -28,7 +34,13 @@ from typing import TYPE_CHECKING, Any
 from memhoncho import honcho
 from memhoncho.errors import ForkWaiting, HonchoRejected
 from memhoncho.models import ForkDecision, Ledger
-from memhoncho.store.forks import ForkRecord, append_decision
+from memhoncho.store.forks import (
+    ForkRecord,
+    append_decision,
+    read_clone_marker,
+    remove_clone_marker,
+    write_clone_marker,
+)
 from memhoncho.store.layout import Layout
 from memhoncho.store.ledger import write_ledger
 
@@ -42,7 +54,7 @@ FORK_CHILD_KEY = "memhoncho_fork_child"  #: on a clone: the child conversation's
 FORK_TAG_KEY = "memhoncho_fork_tag"  #: on a clone: the tag of the intent that made it
 ENTRY_ID_KEY = "entry_id"  #: message metadata: the host's transcript entry (capture.py)
 
-SETTLE_SLEEP_MAX_S = 5.0  # seconds a resolution sleeps for a lost clone to settle, not more
+SETTLE_SLEEP_MAX_S = 5.0  # seconds a resolution sleeps for lost requests to land, not more
 
 STAGE_PREPARED = "prepared"  #: intent written; no clone request sent yet
 STAGE_CLONING = "cloning"  #: a clone request may have been sent; look before cloning again
@@ -67,6 +79,7 @@ class Clone:
         key: str,
         record: ForkRecord,
         *,
+        parent_key: str,
         user_peer_id: str,
         agent_peer_id: str,
         anchor_window: int,
@@ -76,6 +89,7 @@ class Clone:
         self.client = client
         self.key = key
         self.record = record
+        self.parent_key = parent_key
         self.user_peer_id = user_peer_id
         self.agent_peer_id = agent_peer_id
         self.anchor_window = anchor_window
@@ -102,9 +116,10 @@ class Clone:
         intent = dict(ledger.clone_intent or {})
         parent_sid = intent["parent_session_id"]
         tag = intent["tag"]
+        self._fence()
         clone_sid = intent.get("clone_session_id")
         if clone_sid is None and intent["stage"] == STAGE_CLONING:
-            clone_sid = self._find_settled(tag, parent_sid, float(intent["at"]))
+            clone_sid = self._find(tag, parent_sid)  # settled: the fence waited for it
         if clone_sid is None:
             self._tag_parent(parent_sid, tag)
             reached("parent-tagged")
@@ -119,6 +134,7 @@ class Clone:
                 if exc.status != 404:
                     raise
                 self._untag_parent(parent_sid)
+                remove_clone_marker(self.layout, self.parent_key)
                 return self._anchor_gone(ledger, intent)
             reached("cloned")
         if intent.get("clone_session_id") != clone_sid:
@@ -128,6 +144,7 @@ class Clone:
         self._tag_clone(clone_sid, tag)
         reached("clone-tagged")
         self._untag_parent(parent_sid)
+        remove_clone_marker(self.layout, self.parent_key)
         reached("parent-untagged")
         honcho.ensure_session(self.client, clone_sid, self.user_peer_id, self.agent_peer_id)
         reached("peers-ensured")
@@ -164,21 +181,30 @@ class Clone:
         write_ledger(self.layout, self.key, ledger)
         return ledger
 
-    def _find_settled(self, tag: str, parent_sid: str, sent_at: float) -> str | None:
-        """The earlier attempt's clone, once its request can no longer be landing.
+    def _fence(self) -> None:
+        """Let a previous writer's requests land before this one writes to the parent.
 
-        A killed worker's clone request may still be saved after the worker died; one older
-        than the client timeout (``settle_s``) has settled either way. A short wait is slept
-        here; a long one is a ForkWaiting, so the task retries instead of holding the locks.
+        The marker is written before the first write to the parent or a clone and removed
+        after the last; found here (under the parent's lock) it means the last holder died or
+        failed with requests perhaps still in flight: a clone that would be saved late, or a
+        metadata write that would clobber this attempt's tag. Its death came before this lock
+        was taken, so ``settle_s`` (the client timeout) after the fence began, they have
+        landed. A short wait is slept; a long one is a ForkWaiting (the fence start is kept).
         """
-        found = self._find(tag, parent_sid)
-        remaining = sent_at + self.settle_s - time.time()
-        if found is not None or remaining <= 0:
-            return found
-        if remaining > SETTLE_SLEEP_MAX_S:
-            raise ForkWaiting("an interrupted clone may still be landing; looking again shortly")
-        time.sleep(remaining)
-        return self._find(tag, parent_sid)
+        marker = read_clone_marker(self.layout, self.parent_key)
+        if marker is not None:
+            fence_at = marker.get("fence_at")
+            if not isinstance(fence_at, float):
+                fence_at = time.time()
+                write_clone_marker(self.layout, self.parent_key, {"fence_at": fence_at})
+            remaining = fence_at + self.settle_s - time.time()
+            if remaining > SETTLE_SLEEP_MAX_S:
+                raise ForkWaiting(
+                    "an interrupted clone's requests may still be landing; trying again shortly"
+                )
+            if remaining > 0:
+                time.sleep(remaining)
+        write_clone_marker(self.layout, self.parent_key, {"writing_since": time.time()})
 
     def _find(self, tag: str, parent_sid: str) -> str | None:
         """The session an earlier attempt cloned: it carries the tag, tagged as a clone or not."""

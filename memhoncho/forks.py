@@ -287,6 +287,7 @@ def _clone(
         client,
         key,
         record,
+        parent_key=ids.conversation_key(record.parent_id),
         user_peer_id=_user_peer_id(context.layout, key, ledger, parent_ledger),
         agent_peer_id=settings.agent_peer_id,
         anchor_window=settings.anchor_window,

@@ -41,7 +41,7 @@ def _close_honcho_clients(**_: Any) -> None:
 
 # ---- delivery ----------------------------------------------------------------------------
 
-LOCK_RETRY_S = 1.0  # seconds (jittered 0.5x..1.5x): another worker holds the conversation
+LOCK_RETRY_S = 0.5  # seconds (jittered 0.5x..1.5x): another worker holds the conversation
 FORK_RETRY_S = 5.0  # seconds (jittered): a fork waits for its parent's delivery
 #: Honcho failures in a row with no message delivered between them before the hint is
 #: dropped (the records stay pending; the sweep re-drives them)

@@ -17,7 +17,7 @@ from memhoncho.errors import ForkRefused, ForkWaiting, InvalidId, InvalidInput
 from memhoncho.fork_clone import FORK_CHILD_KEY, INTENT_KEY
 from memhoncho.host import Host
 from memhoncho.models import Ledger
-from memhoncho.store.forks import ForkRecord, read_fork
+from memhoncho.store.forks import ForkRecord, clone_marker_path, read_fork
 from memhoncho.store.ledger import read_ledger, write_ledger
 from memhoncho.testing import HonchoStandIn
 
@@ -485,3 +485,4 @@ def test_a_resolution_cut_off_at_any_step_ends_with_exactly_one_clone(
     assert INTENT_KEY not in meta[parent.session_id]
     assert forks.pending_fork_keys(env["context"].layout) == []
     assert _ledger(env, CHILD).clone_intent is None
+    assert not clone_marker_path(env["context"].layout, ids.conversation_key(PARENT)).exists()

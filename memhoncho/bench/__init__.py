@@ -8,6 +8,7 @@ from __future__ import annotations
 BENCHMARKS: dict[str, str] = {
     "broker": "memhoncho.bench.broker",
     "capture": "memhoncho.bench.capture",
+    "deliver": "memhoncho.bench.deliver",
     "recall": "memhoncho.bench.recall",
     "status": "memhoncho.bench.status",
     "sweep": "memhoncho.bench.sweep",

@@ -18,10 +18,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from memhoncho.errors import CorruptFile
 from memhoncho.models import ForkDecision
-from memhoncho.store.atomic import append_durably, fsync_dir
+from memhoncho.store.atomic import append_durably, fsync_dir, write_json
 from memhoncho.store.layout import Layout
 
 DECISIONS_FILE = "decisions.jsonl"
+CLONING_DIR = "cloning"
 
 
 class ForkRecord(BaseModel):
@@ -114,3 +115,32 @@ def read_decisions(layout: Layout) -> dict[str, dict[str, Any]]:
         if isinstance(item, dict) and isinstance(item.get("child"), str):
             latest[item["child"]] = item
     return latest
+
+
+def clone_marker_path(layout: Layout, parent_key: str) -> Path:
+    """``state/forks/cloning/<parent>.json``: present while someone writes to the parent's clone."""
+    return layout.pending_forks_dir.parent / CLONING_DIR / f"{parent_key}.json"
+
+
+def read_clone_marker(layout: Layout, parent_key: str) -> dict[str, Any] | None:
+    """The parent's cloning marker; an unreadable one counts as present (the safe side)."""
+    try:
+        value = json.loads(clone_marker_path(layout, parent_key).read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def write_clone_marker(layout: Layout, parent_key: str, marker: dict[str, Any]) -> None:
+    write_json(clone_marker_path(layout, parent_key), marker)
+
+
+def remove_clone_marker(layout: Layout, parent_key: str) -> None:
+    path = clone_marker_path(layout, parent_key)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    fsync_dir(path.parent)

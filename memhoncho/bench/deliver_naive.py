@@ -1,0 +1,39 @@
+"""The naive baseline of ``memhoncho bench deliver``: one task and one add_messages call per run.
+
+No outbox, no lock, no ledger, no dedup and no coalescing: the host puts the run's messages
+in the task and a worker stores them with one call. It is cheaper per call than memhoncho's
+delivery and gives none of its guarantees (a retry duplicates, two workers reorder). Workers
+load it only for the benchmark (``celery worker --include memhoncho.bench.deliver_naive``);
+nothing in memhoncho imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memhoncho import honcho
+from memhoncho.celery_app import app
+from memhoncho.tasks import task_context
+
+NAIVE_TASK = "memhoncho.bench_naive_deliver"
+NAIVE_QUEUE = "memhoncho.bench-naive"
+
+_sessions: set[tuple[int, str]] = set()  # (pid, session id) this process has set up
+
+
+@app.task(name=NAIVE_TASK, ignore_result=True, acks_late=True)
+def naive_deliver(session_id: str, user_peer_id: str, messages: list[dict[str, Any]]) -> None:
+    """Store one run's messages: the session once per process, then one add_messages."""
+    import os
+
+    context = task_context()
+    agent = context.settings().agent_peer_id
+    client = honcho.write_client(context.honcho_target())
+    if (os.getpid(), session_id) not in _sessions:
+        honcho.ensure_session(client, session_id, user_peer_id, agent)
+        _sessions.add((os.getpid(), session_id))
+    outgoing = [
+        honcho.OutgoingMessage(m["peer_id"], m["content"], m.get("metadata") or {})
+        for m in messages
+    ]
+    honcho.add_messages(client, session_id, outgoing)
