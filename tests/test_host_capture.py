@@ -498,9 +498,12 @@ def test_a_host_inherited_by_a_forked_child_still_publishes_its_hints(
         assert host.capture(_run("r-parent")).enqueued  # the hint pool is running now
         context = multiprocessing.get_context("fork")
         answers = context.Queue()
-        child = context.Process(target=_capture_in_child, args=(host, answers))
+        child = context.Process(target=_capture_in_child, args=(host, answers), daemon=True)
         child.start()
         child.join(timeout=60)
+        if child.exitcode is None:  # never leave a stuck child for pytest's exit to wait on
+            child.kill()
+            child.join()
         assert child.exitcode == 0
         assert answers.get(timeout=5) is True
         answers.close()
