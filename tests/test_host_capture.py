@@ -544,6 +544,10 @@ def test_eight_processes_capturing_concurrently_write_exactly_every_line(
         worker.start()
     for worker in workers:
         worker.join(timeout=240)
+    for worker in workers:
+        if worker.exitcode is None:  # stuck: kill it rather than hang pytest's exit
+            worker.kill()
+            worker.join()
     assert [w.exitcode for w in workers] == [0] * PROCESSES
     layout = Layout(data_dir)
     lines = 0
