@@ -23,6 +23,7 @@ from memhoncho import honcho, ids
 from memhoncho.capture import OUTBOX_ID_KEY
 from memhoncho.context import Context
 from memhoncho.host import Host
+from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 
 DELIVERY_TIMEOUT_S = 45.0  # seconds to wait for every message to reach Honcho
@@ -76,7 +77,6 @@ class Demo:
     def _setup(self) -> None:
         self.config_dir = self.data_dir / "config"
         self.config_dir.mkdir(parents=True, exist_ok=True)
-        (self.config_dir / "settings").mkdir(exist_ok=True)
         with self.step("starting Honcho"):
             if self.honcho_url is None:
                 from memhoncho.testing import HonchoStandIn
@@ -94,8 +94,8 @@ class Demo:
             "sweep_interval_s": 5,
             "refresh_interval_s": 5,
         }
-        (self.config_dir / "settings" / "memhoncho.json").write_text(json.dumps(settings))
-        (self.config_dir / "secrets.json").write_text(json.dumps({"api-key": self.honcho_key}))
+        write_settings(self.config_dir, **settings)
+        write_api_key(self.config_dir, self.honcho_key or "")
         self.context = Context(self.config_dir, self.data_dir)
         env = memhoncho_env(config_dir=self.config_dir, data_dir=self.data_dir, api_key=None)
         with self.step("starting a Celery worker and beat on the embedded filesystem broker"):

@@ -57,3 +57,13 @@ def redis_url() -> Iterator[str]:
 @pytest.fixture
 def workspace_id() -> str:
     return f"ws_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_honcho_clients() -> Iterator[None]:
+    """No test reuses a Honcho client (and its connections) built by another."""
+    from memhoncho import honcho
+
+    honcho.close_clients()
+    yield
+    honcho.close_clients()

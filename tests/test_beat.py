@@ -24,6 +24,7 @@ from memhoncho.store.deadletters import read_dead
 from memhoncho.store.outbox import Outbox
 from memhoncho.sweep import sweep
 from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import write_api_key
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 
 pytestmark = pytest.mark.slow
@@ -70,13 +71,6 @@ def expected_texts(conversation: str, runs: range) -> list[str]:
     return [text for n in runs for text in (f"u{n} in {conversation}", f"a{n}")]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_clients() -> Iterator[None]:
-    honcho.close_clients()
-    yield
-    honcho.close_clients()
-
-
 @pytest.fixture
 def standin() -> Iterator[HonchoStandIn]:
     with HonchoStandIn() as running:
@@ -94,7 +88,7 @@ class Deployment:
         self.context = Context(config_dir, data_dir)
         self.processes: list[CeleryProcess] = []
         self.settings(broker_url=redis)
-        (config_dir / "secrets.json").write_text(json.dumps({"api-key": API_KEY}))
+        write_api_key(config_dir, API_KEY)
 
     def settings(self, **values: Any) -> None:
         values = {"base_url": self.standin.url, "workspace_id": self.workspace, **values}

@@ -30,6 +30,7 @@ from memhoncho.store.ledger import read_ledger, write_ledger
 from memhoncho.store.locks import file_lock
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.runs import expected_texts, run_event
 
 KEY = "sk-delivery-test-key"
@@ -37,18 +38,6 @@ CONVERSATION = "conv-1"
 OWNER = "ana@example.com"
 FAST_TIMEOUT_S = 0.5  # seconds: the client's Honcho timeout where a timeout fault is planned
 FAULT_SLEEP_S = 1.0  # seconds a timeout fault holds the request: past FAST_TIMEOUT_S
-
-
-def write_settings(config_dir: Path, **values: Any) -> None:
-    (config_dir / "settings").mkdir(parents=True, exist_ok=True)
-    (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(values))
-
-
-@pytest.fixture(autouse=True)
-def _fresh_clients() -> Iterator[None]:
-    honcho.close_clients()
-    yield
-    honcho.close_clients()
 
 
 @pytest.fixture
@@ -65,7 +54,7 @@ def context(config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_
         workspace_id=workspace_id,
         honcho_timeout_s=FAST_TIMEOUT_S,
     )
-    (config_dir / "secrets.json").write_text(json.dumps({"api-key": KEY}))
+    write_api_key(config_dir, KEY)
     return Context(config_dir, data_dir)
 
 

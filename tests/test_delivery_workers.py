@@ -8,7 +8,6 @@ messages complete, in capture order, each once.
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import signal
 import threading
@@ -28,6 +27,7 @@ from memhoncho.host import Host
 from memhoncho.store.ledger import read_ledger
 from memhoncho.sweep import sweep
 from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.runs import expected_texts, run_event
 
@@ -59,14 +59,9 @@ def settings(
         "broker_url": redis_url,
         "honcho_timeout_s": 1.0,
     }
-    write_settings(config_dir, values)
-    (config_dir / "secrets.json").write_text(json.dumps({"api-key": KEY}))
+    write_settings(config_dir, **values)
+    write_api_key(config_dir, KEY)
     return values
-
-
-def write_settings(config_dir: Path, values: dict[str, Any]) -> None:
-    (config_dir / "settings").mkdir(parents=True, exist_ok=True)
-    (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(values))
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from fork_kill_hook import PLAN_ENV
 from forks_support import run, sessions_of_child, texts
 
-from memhoncho import forks, honcho, ids, routing
+from memhoncho import forks, ids, routing
 from memhoncho.context import Context
 from memhoncho.fork_clone import FORK_CHILD_KEY, FORK_TAG_KEY, INTENT_KEY
 from memhoncho.host import Host
@@ -23,6 +23,7 @@ from memhoncho.store.forks import clone_marker_path
 from memhoncho.store.ledger import read_ledger
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import write_api_key
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 
 pytestmark = pytest.mark.slow
@@ -43,13 +44,6 @@ PARENT_RUNS = [
     run("r3", [(5, "p-u5")], (6, "p-a6")),
 ]
 PARENT_TEXTS = ["p-u1", "p-a2", "p-u3", "p-a4", "p-u5", "p-a6"]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_clients() -> Iterator[None]:
-    honcho.close_clients()
-    yield
-    honcho.close_clients()
 
 
 @pytest.fixture
@@ -74,7 +68,7 @@ def context(
             }
         )
     )
-    (config_dir / "secrets.json").write_text(json.dumps({"api-key": API_KEY}))
+    write_api_key(config_dir, API_KEY)
     return Context(config_dir, data_dir)
 
 

@@ -34,13 +34,6 @@ FAST_TIMEOUT_S = 0.3  # seconds
 FAULT_SLEEP_S = 0.6  # seconds, past FAST_TIMEOUT_S
 
 
-@pytest.fixture(autouse=True)
-def _fresh_clients() -> Iterator[None]:
-    adapter.close_clients()
-    yield
-    adapter.close_clients()
-
-
 @pytest.fixture
 def standin() -> Iterator[HonchoStandIn]:
     with HonchoStandIn() as running:

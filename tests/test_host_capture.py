@@ -30,10 +30,11 @@ from memhoncho.errors import (
     OutboxCapacity,
 )
 from memhoncho.models import Ledger
-from memhoncho.settings import SECRETS_FILE, SETTINGS_FILE
+from memhoncho.settings import SECRETS_FILE
 from memhoncho.store.layout import Layout
 from memhoncho.store.ledger import write_ledger
 from memhoncho.store.outbox import Outbox, decode_line
+from memhoncho.testing.config import write_settings
 
 SECRET = "sk-secret-0123456789abcdef"
 CONTENT = "my-private-diary-entry-xyzzy"
@@ -54,12 +55,6 @@ def _run(run_id: str = "r-1", conversation: str = "c-42", **changes: Any) -> dic
     }
     event.update(changes)
     return event
-
-
-def _write_settings(config_dir: Path, values: dict[str, Any]) -> None:
-    path = config_dir / SETTINGS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(values), encoding="utf-8")
 
 
 def _snapshot(data_dir: Path) -> dict[str, bytes]:
@@ -172,7 +167,7 @@ def test_an_ownerless_conversation_belongs_to_the_default_user(host: Host, data_
 def test_a_long_text_is_split_into_parts_with_part_metadata(
     host: Host, config_dir: Path, data_dir: Path
 ) -> None:
-    _write_settings(config_dir, {"max_message_length": 100})
+    write_settings(config_dir, max_message_length=100)
     host.capture(_run(inputs=[{"entry_id": 1, "text": "x" * 230}]))
     [record] = _records(data_dir)
     users = [m for m in record["messages"] if m["role"] == "user"]
@@ -185,7 +180,7 @@ def test_a_changed_setting_applies_at_the_next_capture_without_restart(
     host: Host, config_dir: Path, data_dir: Path
 ) -> None:
     host.capture(_run("r-1", inputs=[{"entry_id": 1, "text": "y" * 150}]))
-    _write_settings(config_dir, {"max_message_length": 100})
+    write_settings(config_dir, max_message_length=100)
     host.capture(_run("r-2", inputs=[{"entry_id": 1, "text": "y" * 150}]))
     first, second = _records(data_dir)
     assert len([m for m in first["messages"] if m["role"] == "user"]) == 1
@@ -199,7 +194,7 @@ def test_a_run_over_the_byte_ceiling_is_refused_with_the_limit_and_changes_nothi
     host: Host, config_dir: Path, data_dir: Path
 ) -> None:
     host.capture(_run("r-0"))
-    _write_settings(config_dir, {"max_batch_bytes": 2048})
+    write_settings(config_dir, max_batch_bytes=2048)
     before = _snapshot(data_dir)
     with pytest.raises(CaptureTooLarge) as caught:
         host.capture(_run("r-1", inputs=[{"entry_id": 1, "text": CONTENT * 200}]))
@@ -213,7 +208,7 @@ def test_a_run_over_the_byte_ceiling_is_refused_with_the_limit_and_changes_nothi
 def test_a_conversation_at_its_pending_limit_is_refused_with_the_limit_and_changes_nothing(
     host: Host, config_dir: Path, data_dir: Path
 ) -> None:
-    _write_settings(config_dir, {"max_pending_batches": 3})
+    write_settings(config_dir, max_pending_batches=3)
     for i in range(3):
         host.capture(_run(f"r-{i}"))
     before = _snapshot(data_dir)
@@ -361,7 +356,7 @@ def test_any_event_is_stored_or_refused_with_a_typed_error_and_nothing_written_o
     tmp_path: Path,
 ) -> None:
     config, data = tmp_path / "hc", tmp_path / "hd"
-    _write_settings(config, {"max_batch_bytes": 4096, "max_message_length": 1000})
+    write_settings(config, max_batch_bytes=4096, max_message_length=1000)
     seen: Counter[str] = Counter()
     with Host(config_dir=config, data_dir=data) as host:
 
@@ -592,7 +587,7 @@ def _capture_until_killed(host: Host, cycle: int, report: int) -> None:
 def test_a_capture_that_returned_survives_sigkill_of_its_process(
     config_dir: Path, data_dir: Path
 ) -> None:
-    _write_settings(config_dir, {"max_message_length": 25_000})
+    write_settings(config_dir, max_message_length=25_000)
     host = Host(config_dir=config_dir, data_dir=data_dir)  # inherited by each child
     layout = Layout(data_dir)
     key = ids.conversation_key("killed")

@@ -15,6 +15,7 @@ import redis
 from memhoncho import ids
 from memhoncho.host import Host
 from memhoncho.routing import partition
+from memhoncho.testing.config import write_api_key
 
 DEADLINE_S = 0.3  # the close deadline under test
 REDIS_PORT = 6379
@@ -30,7 +31,7 @@ def _configure(config_dir: Path, broker_url: str) -> None:
     settings = {"broker_url": broker_url, "partitions": PARTITIONS}
     (config_dir / "settings").mkdir(parents=True, exist_ok=True)
     (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(settings))
-    (config_dir / "secrets.json").write_text(json.dumps({"api-key": "k"}))
+    write_api_key(config_dir, "k")
 
 
 def _run(conversation: str, run: str) -> dict[str, Any]:

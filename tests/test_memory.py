@@ -18,6 +18,7 @@ from memhoncho.memory import SectionsStatus
 from memhoncho.models import Ledger
 from memhoncho.store.ledger import write_ledger
 from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import write_api_key
 
 CONVERSATION = "conv/1"
 OWNER = "ana@example.com"
@@ -34,7 +35,7 @@ def standin() -> Iterator[HonchoStandIn]:
 def _configure(config_dir: Path, **settings: Any) -> None:
     (config_dir / "settings").mkdir(parents=True, exist_ok=True)
     (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(settings))
-    (config_dir / "secrets.json").write_text(json.dumps({"api-key": "test-key"}))
+    write_api_key(config_dir, "test-key")
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 from memhoncho import cli, doctor, routing
 from memhoncho.context import Context
 from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import write_api_key
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 
 KEY = "sk-operations-test-key"
@@ -68,7 +69,7 @@ def live(
     workspace_id: str,
 ) -> dict[str, str]:
     _settings(config_dir, broker_url=redis_url, base_url=standin.url, workspace_id=workspace_id)
-    (config_dir / "secrets.json").write_text(json.dumps({"api-key": KEY}))
+    write_api_key(config_dir, KEY)
     return memhoncho_env(
         config_dir=config_dir,
         data_dir=data_dir,

@@ -11,14 +11,9 @@ import pytest
 
 from memhoncho import settings
 from memhoncho.context import Context
+from memhoncho.testing.config import write_settings
 
 SECRET = "sk-very-secret-value-0123456789"
-
-
-def _write_settings(config_dir: Path, values: dict[str, object]) -> None:
-    path = config_dir / settings.SETTINGS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(values), encoding="utf-8")
 
 
 def _write_secret(config_dir: Path, value: object) -> None:
@@ -52,9 +47,9 @@ def test_a_changed_settings_file_applies_at_the_next_call_without_restart(
 ) -> None:
     context = Context.from_dirs(config_dir, config_dir / "data")
     assert context.settings().search_limit == 8
-    _write_settings(config_dir, {"search_limit": 3})
+    write_settings(config_dir, search_limit=3)
     assert context.settings().search_limit == 3
-    _write_settings(config_dir, {"search_limit": 5})
+    write_settings(config_dir, search_limit=5)
     assert context.settings().search_limit == 5
     (config_dir / settings.SETTINGS_FILE).unlink()
     assert context.settings().search_limit == 8
@@ -63,14 +58,12 @@ def test_a_changed_settings_file_applies_at_the_next_call_without_restart(
 def test_an_invalid_value_is_refused_by_key_name_with_a_warning_and_takes_its_default(
     config_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _write_settings(
+    write_settings(
         config_dir,
-        {
-            "search_limit": 0,
-            "partitions": "many",
-            "context_tokens": 900,
-            "workspace_id": SECRET + "/",
-        },
+        search_limit=0,
+        partitions="many",
+        context_tokens=900,
+        workspace_id=SECRET + "/",
     )
     with caplog.at_level(logging.WARNING, logger="memhoncho.settings"):
         current = settings.load(config_dir)
@@ -98,14 +91,14 @@ def test_a_settings_file_that_is_not_a_json_object_gives_defaults_with_a_warning
 
 
 def test_unknown_keys_are_ignored(config_dir: Path) -> None:
-    _write_settings(config_dir, {"no_such_setting": 1, "search_limit": 4})
+    write_settings(config_dir, no_such_setting=1, search_limit=4)
     assert settings.load(config_dir).search_limit == 4
 
 
 def test_an_environment_variable_overrides_the_file(
     config_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _write_settings(config_dir, {"search_limit": 3, "partitions": 4})
+    write_settings(config_dir, search_limit=3, partitions=4)
     monkeypatch.setenv("MEMHONCHO_SEARCH_LIMIT", "12")
     current = settings.load(config_dir)
     assert current.search_limit == 12
@@ -175,7 +168,7 @@ def test_dirs_come_from_the_environment_when_not_given(
 
 def test_an_in_place_rewrite_of_the_same_size_applies_at_the_next_call(config_dir: Path) -> None:
     """Timestamps are coarse: a same-size rewrite within one tick must not be missed."""
-    _write_settings(config_dir, {"search_limit": 3})
+    write_settings(config_dir, search_limit=3)
     path = config_dir / settings.SETTINGS_FILE
     for value in (5, 3, 7, 4, 9) * 4:
         with open(path, "r+b") as handle:
@@ -186,7 +179,7 @@ def test_an_in_place_rewrite_of_the_same_size_applies_at_the_next_call(config_di
 def test_an_unchanged_settings_file_is_not_read_again(
     config_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _write_settings(config_dir, {"search_limit": 3})
+    write_settings(config_dir, search_limit=3)
     (config_dir / settings.SECRETS_FILE).write_text('{"api-key": "k"}', encoding="utf-8")
     time.sleep(settings.RACY_S * 2)  # older than a clock tick: its stat can be trusted
     assert settings.load(config_dir).search_limit == 3

@@ -17,6 +17,7 @@ from memhoncho.status import StatusReader, honcho_host, status_view
 from memhoncho.store.atomic import write_json
 from memhoncho.store.ledger import write_ledger
 from memhoncho.store.outbox import Outbox
+from memhoncho.testing.config import write_api_key
 
 API_KEY = "sk-status-test-SECRET"
 
@@ -217,7 +218,7 @@ def test_the_config_summary_shows_no_key_and_no_credentials(
     ctx = _context(
         config_dir, data_dir, base_url="https://admin:hunter2@honcho.example:8443/v3?token=abc"
     )
-    (config_dir / "secrets.json").write_text(json.dumps({"api-key": API_KEY}))
+    write_api_key(config_dir, API_KEY)
     view = status_view(ctx)
     assert view["config"]["configured"] is True
     assert view["config"]["honcho_host"] == "https://honcho.example:8443"

@@ -16,6 +16,7 @@ from memhoncho.host import Host
 from memhoncho.status import status_view
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import write_api_key
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 
 pytestmark = pytest.mark.slow
@@ -57,7 +58,7 @@ def env(
     }
     (config_dir / "settings").mkdir(parents=True, exist_ok=True)
     (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(settings))
-    (config_dir / "secrets.json").write_text(json.dumps({"api-key": KEY}))
+    write_api_key(config_dir, KEY)
     return memhoncho_env(
         config_dir=config_dir,
         data_dir=data_dir,

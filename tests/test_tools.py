@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from jsonschema.validators import Draft202012Validator
 
-from memhoncho import honcho, ids, tools
+from memhoncho import ids, tools
 from memhoncho.context import Context
 from memhoncho.errors import (
     HonchoNoLLM,
@@ -23,6 +23,7 @@ from memhoncho.errors import (
 )
 from memhoncho.host import Host
 from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.seed import seed_conversation
 from memhoncho.testing.standin_state import ApiError
 
@@ -31,18 +32,6 @@ ANA = "ana@example.com"
 BOB = "bob@example.com"
 FAST_TIMEOUT_S = 0.4  # seconds: the tools' timeout in the timeout tests
 FAULT_SLEEP_S = 1.2  # seconds a timeout fault holds a request: past FAST_TIMEOUT_S
-
-
-def write_settings(config_dir: Path, **values: Any) -> None:
-    (config_dir / "settings").mkdir(parents=True, exist_ok=True)
-    (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(values))
-
-
-@pytest.fixture(autouse=True)
-def _fresh_clients() -> Iterator[None]:
-    honcho.close_clients()
-    yield
-    honcho.close_clients()
 
 
 @pytest.fixture
@@ -55,7 +44,7 @@ def standin() -> Iterator[HonchoStandIn]:
 def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dict[str, Any]:
     values: dict[str, Any] = {"base_url": standin.url, "workspace_id": workspace_id}
     write_settings(config_dir, **values)
-    (config_dir / "secrets.json").write_text(json.dumps({"api-key": SECRET_KEY}))
+    write_api_key(config_dir, SECRET_KEY)
     return values
 
 

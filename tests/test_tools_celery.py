@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from memhoncho import honcho, ids, recall, routing, tools
+from memhoncho import ids, recall, routing, tools
 from memhoncho.context import Context
 from memhoncho.errors import (
     HonchoNoLLM,
@@ -23,6 +23,7 @@ from memhoncho.errors import (
 )
 from memhoncho.host import Host
 from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.seed import seed_conversation
 
@@ -36,18 +37,6 @@ FAULT_SLEEP_S = 1.5  # seconds a timeout fault holds a request: past FAST_TIMEOU
 BACKED_UP_DELIVERIES = 50  # delivery hints waiting, unconsumed, while recall runs
 CONCURRENT_USERS = 6  # host threads calling recall at once, one user each
 CONCURRENT_CALLS = 36  # recalls in all, spread over those users
-
-
-def write_settings(config_dir: Path, **values: Any) -> None:
-    (config_dir / "settings").mkdir(parents=True, exist_ok=True)
-    (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(values))
-
-
-@pytest.fixture(autouse=True)
-def _fresh_clients() -> Iterator[None]:
-    honcho.close_clients()
-    yield
-    honcho.close_clients()
 
 
 @pytest.fixture
@@ -66,7 +55,7 @@ def settings(
         "broker_url": redis_url,
     }
     write_settings(config_dir, **values)
-    (config_dir / "secrets.json").write_text(json.dumps({"api-key": SECRET_KEY}))
+    write_api_key(config_dir, SECRET_KEY)
     return values
 
 
@@ -236,7 +225,7 @@ def test_recall_works_through_the_embedded_broker_without_redis(
     config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     write_settings(config_dir, base_url=standin.url, workspace_id=workspace_id)
-    (config_dir / "secrets.json").write_text(json.dumps({"api-key": SECRET_KEY}))
+    write_api_key(config_dir, SECRET_KEY)
     context = Context(config_dir, data_dir)
     seed_conversation(context, "ana-run", ANA, ["embedded words"])
     env = memhoncho_env(config_dir=config_dir, data_dir=data_dir, api_key=None)
