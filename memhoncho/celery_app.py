@@ -15,8 +15,9 @@ from typing import Any
 from celery import Celery
 from kombu import Exchange, Queue
 
-from memhoncho import results, routing
-from memhoncho.context import Context
+from memhoncho import routing
+from memhoncho.deployment import Deployment
+from memhoncho.results import store as results
 from memhoncho.settings import Settings
 
 TASK_TIME_LIMIT_S = 300  # hard limit; far below the broker's visibility timeout
@@ -67,10 +68,10 @@ def beat_schedule(current: Settings) -> dict[str, dict[str, Any]]:
     }
 
 
-def create_app(context: Context | None = None, *, role: str = "worker") -> Celery:
+def create_app(deployment: Deployment | None = None, *, role: str = "worker") -> Celery:
     """Build the app from live settings. ``role="host"`` fails fast on a broker that is down."""
-    context = context or Context.from_dirs()
-    current = context.settings()
+    deployment = deployment or Deployment.from_dirs()
+    current = deployment.settings()
     transport_options: dict[str, Any] = {}
     if current.broker_url:
         broker = current.broker_url
@@ -78,8 +79,8 @@ def create_app(context: Context | None = None, *, role: str = "worker") -> Celer
             transport_options["visibility_timeout"] = VISIBILITY_TIMEOUT_S
         backend = broker if is_redis(broker) else None
     else:
-        broker, transport_options = embedded_broker(context.data_dir)
-        results = context.data_dir / "broker" / "results"
+        broker, transport_options = embedded_broker(deployment.data_dir)
+        results = deployment.data_dir / "broker" / "results"
         results.mkdir(parents=True, exist_ok=True)
         backend = f"file://{results}"
     celery = Celery("memhoncho", broker=broker, backend=backend, include=TASK_MODULES)
@@ -109,8 +110,8 @@ def create_app(context: Context | None = None, *, role: str = "worker") -> Celer
         task_send_sent_event=True,
         worker_hijack_root_logger=False,
         beat_schedule=beat_schedule(current),
-        memhoncho_config_dir=str(context.config_dir),
-        memhoncho_data_dir=str(context.data_dir),
+        memhoncho_config_dir=str(deployment.config_dir),
+        memhoncho_data_dir=str(deployment.data_dir),
     )
     if role == "host":
         celery.conf.update(

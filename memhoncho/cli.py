@@ -60,10 +60,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """Sweep now, as beat would: deliveries enqueued through this host's broker client."""
     from memhoncho.host import Host
-    from memhoncho.sweep import sweep
+    from memhoncho.upkeep.sweep import sweep
 
     with Host(args.config_dir, args.data_dir) as host:
-        report = sweep(host.context, host.enqueue_delivery)
+        report = sweep(host.deployment, host.enqueue_delivery)
     if args.json:
         _print_json(report.model_dump(mode="json"))
     else:
@@ -83,10 +83,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_replay(args: argparse.Namespace) -> int:
     """Dead letters back into the outbox (all, or one conversation's), then enqueue delivery."""
     from memhoncho.host import Host
-    from memhoncho.replay import replay
+    from memhoncho.upkeep.replay import replay
 
     with Host(args.config_dir, args.data_dir) as host:
-        report = replay(host.context, args.conversation, enqueue=host.enqueue_delivery)
+        report = replay(host.deployment, args.conversation, enqueue=host.enqueue_delivery)
     if args.json:
         _print_json(report.model_dump(mode="json"))
     else:
@@ -105,13 +105,13 @@ def _cmd_stand_in(args: argparse.Namespace) -> int:
 
 
 def _context(args: argparse.Namespace) -> Any:
-    from memhoncho.context import Context
+    from memhoncho.deployment import Deployment
 
-    return Context.from_dirs(args.config_dir, getattr(args, "data_dir", None))
+    return Deployment.from_dirs(args.config_dir, getattr(args, "data_dir", None))
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from memhoncho import status
+    from memhoncho.status import view as status
 
     view = status.status_view(_context(args))
     if args.json:
@@ -122,7 +122,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve_status(args: argparse.Namespace) -> int:
-    from memhoncho import status_http
+    from memhoncho.status import http as status_http
 
     status_http.serve(_context(args), args.host, args.port)
     return 0

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memhoncho import honcho, ids
+from memhoncho import ids
 from memhoncho.capture import OUTBOX_ID_KEY
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
+from memhoncho.honcho import adapter
 from memhoncho.host import Host
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
@@ -96,7 +97,7 @@ class Demo:
         }
         write_settings(self.config_dir, **settings)
         write_api_key(self.config_dir, self.honcho_key or "")
-        self.context = Context(self.config_dir, self.data_dir)
+        self.deployment = Deployment(self.config_dir, self.data_dir)
         env = memhoncho_env(config_dir=self.config_dir, data_dir=self.data_dir, api_key=None)
         with self.step("starting a Celery worker and beat on the embedded filesystem broker"):
             worker = CeleryProcess("worker", env, concurrency=2, name="demo-worker")
@@ -157,7 +158,7 @@ class Demo:
         ]
 
     def _wait_delivered(self, expected: list[tuple[str, str]]) -> None:
-        client = honcho.read_client(self.context.honcho_target())
+        client = adapter.read_client(self.deployment.honcho_target())
         parent_session = ids.session_id(DEMO_WORKSPACE, PARENT)
         with self.step("waiting for the workers to deliver everything to Honcho"):
             deadline = time.monotonic() + DELIVERY_TIMEOUT_S
@@ -173,7 +174,7 @@ class Demo:
             self.say(f"  parent: {len(got)} messages in Honcho, in capture order, each once")
             child_session = None
             while time.monotonic() < deadline:
-                ledger = _ledger(self.context, CHILD)
+                ledger = _ledger(self.deployment, CHILD)
                 child_session = ledger.get("session_id") if ledger else None
                 if child_session and len(_messages(client, child_session)) >= len(
                     self.child_expected
@@ -197,7 +198,7 @@ class Demo:
                 {"content": "Ana is training for an April marathon and has a sore knee."},
                 owner=OWNER,
             )
-            cache = self.context.layout.cache(ids.conversation_key(PARENT))
+            cache = self.deployment.layout.cache(ids.conversation_key(PARENT))
             before = cache.stat().st_mtime_ns if cache.exists() else 0
             host.conversation_idle(PARENT)
             deadline = time.monotonic() + DELIVERY_TIMEOUT_S
@@ -235,10 +236,10 @@ class Demo:
                 self.say(f"  {name}({json.dumps(arguments)}) -> {preview}")
 
     def _status(self) -> None:
-        from memhoncho.status import render_table, status_view
+        from memhoncho.status.view import render_table, status_view
 
         with self.step("the status view"):
-            view = status_view(self.context)
+            view = status_view(self.deployment)
             for line in render_table(view).splitlines():
                 self.out("      " + line)
 
@@ -267,13 +268,13 @@ def _parts(text: str) -> list[str]:
 
 def _messages(client: Any, session_id: str) -> list[dict[str, Any]]:
     try:
-        return honcho.list_messages(client, session_id)
+        return adapter.list_messages(client, session_id)
     except Exception:  # the session may not exist yet
         return []
 
 
-def _ledger(context: Context, conversation_id: str) -> dict[str, Any] | None:
-    path = context.layout.ledger(ids.conversation_key(conversation_id))
+def _ledger(deployment: Deployment, conversation_id: str) -> dict[str, Any] | None:
+    path = deployment.layout.ledger(ids.conversation_key(conversation_id))
     try:
         value = json.loads(path.read_text())
     except (OSError, ValueError):

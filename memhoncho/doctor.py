@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memhoncho import results, routing
+from memhoncho import routing
 from memhoncho import settings as settings_module
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.errors import MemhonchoError
+from memhoncho.results import store as results
 
 INSPECT_TIMEOUT_S = 2.0  # seconds workers have to answer ``inspect active_queues``
 BROKER_TIMEOUT_S = 2.0  # seconds to connect to the broker
@@ -38,33 +39,33 @@ class Check:
         return asdict(self)
 
 
-def check_settings(context: Context) -> Check:
-    bad = settings_module.invalid_keys(context.config_dir)
+def check_settings(deployment: Deployment) -> Check:
+    bad = settings_module.invalid_keys(deployment.config_dir)
     if bad:
         return Check(
             "settings",
             FAIL,
             f"invalid settings (using their defaults): {', '.join(bad)}",
-            f"fix these keys in {context.config_dir / settings_module.SETTINGS_FILE} "
+            f"fix these keys in {deployment.config_dir / settings_module.SETTINGS_FILE} "
             "or their MEMHONCHO_<KEY> variables",
         )
     return Check("settings", PASS, "every setting is valid")
 
 
-def check_key(context: Context) -> Check:
-    if context.api_key() is None:
+def check_key(deployment: Deployment) -> Check:
+    if deployment.api_key() is None:
         return Check(
             "api_key",
             FAIL,
             "no Honcho API key is configured; captures wait on disk",
-            f'write {{"api-key": "..."}} to {context.config_dir / settings_module.SECRETS_FILE} '
+            f'write {{"api-key": "..."}} to {deployment.config_dir / settings_module.SECRETS_FILE} '
             "or set MEMHONCHO_API_KEY",
         )
     return Check("api_key", PASS, "a Honcho API key is configured")
 
 
-def check_data_dir(context: Context) -> Check:
-    probe_dir = context.layout.root / "state"
+def check_data_dir(deployment: Deployment) -> Check:
+    probe_dir = deployment.layout.root / "state"
     probe = probe_dir / f".doctor-{os.getpid()}.probe"
     try:
         probe_dir.mkdir(parents=True, exist_ok=True)
@@ -81,23 +82,24 @@ def check_data_dir(context: Context) -> Check:
             os.close(dir_fd)
         probe.unlink()
     except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
         return Check(
             "data_dir",
             FAIL,
-            f"{context.data_dir} is not writable with fsync ({exc.strerror or type(exc).__name__})",
+            f"{deployment.data_dir} is not writable with fsync ({reason})",
             "give every memhoncho process write access to the data dir, on a local disk "
             "or a volume that honours fsync",
         )
-    return Check("data_dir", PASS, f"{context.data_dir} is writable and fsync works")
+    return Check("data_dir", PASS, f"{deployment.data_dir} is writable and fsync works")
 
 
-def _app(context: Context) -> Any:
+def _app(deployment: Deployment) -> Any:
     from memhoncho.celery_app import create_app
 
-    return create_app(context, role="worker")
+    return create_app(deployment, role="worker")
 
 
-def check_broker(context: Context, app: Any) -> Check:
+def check_broker(deployment: Deployment, app: Any) -> Check:
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_S)
@@ -111,8 +113,8 @@ def check_broker(context: Context, app: Any) -> Check:
     return Check("broker", PASS, f"the {app.conf.broker_url.split(':', 1)[0]} broker answers")
 
 
-def check_workers(context: Context, app: Any) -> Check:
-    wanted = routing.deliver_queues(context.settings().partitions)
+def check_workers(deployment: Deployment, app: Any) -> Check:
+    wanted = routing.deliver_queues(deployment.settings().partitions)
     try:
         replies = app.control.inspect(timeout=INSPECT_TIMEOUT_S).active_queues() or {}
     except Exception as exc:
@@ -137,9 +139,9 @@ def check_workers(context: Context, app: Any) -> Check:
     )
 
 
-def check_beat(context: Context) -> Check:
+def check_beat(deployment: Deployment) -> Check:
     try:
-        store = results.store_for(context.settings().broker_url, context.data_dir)
+        store = results.store_for(deployment.settings().broker_url, deployment.data_dir)
         beats = store.live_beats(time.time())
     except Exception as exc:
         return Check(
@@ -165,12 +167,12 @@ def check_beat(context: Context) -> Check:
     )
 
 
-def check_honcho(context: Context) -> Check:
+def check_honcho(deployment: Deployment) -> Check:
     try:
-        from memhoncho import honcho
+        from memhoncho.honcho import adapter
 
-        target = context.honcho_target(timeout_s=HONCHO_TIMEOUT_S)
-        honcho.find_sessions(honcho.read_client(target, HONCHO_TIMEOUT_S), PROBE_FILTER)
+        target = deployment.honcho_target(timeout_s=HONCHO_TIMEOUT_S)
+        adapter.find_sessions(adapter.read_client(target, HONCHO_TIMEOUT_S), PROBE_FILTER)
     except MemhonchoError as exc:
         return Check(
             "honcho",
@@ -180,37 +182,37 @@ def check_honcho(context: Context) -> Check:
         )
     except Exception as exc:
         return Check("honcho", FAIL, f"Honcho probe failed ({type(exc).__name__})", "see the logs")
-    current = context.settings()
+    current = deployment.settings()
     return Check("honcho", PASS, f"Honcho answers and workspace {current.workspace_id!r} is usable")
 
 
-def run_checks(context: Context) -> list[Check]:
+def run_checks(deployment: Deployment) -> list[Check]:
     checks: list[Check] = []
     steps: list[Callable[[], Check]] = [
-        lambda: check_settings(context),
-        lambda: check_key(context),
-        lambda: check_data_dir(context),
+        lambda: check_settings(deployment),
+        lambda: check_key(deployment),
+        lambda: check_data_dir(deployment),
     ]
     for step in steps:
         checks.append(step())
     try:
-        app = _app(context)
+        app = _app(deployment)
     except Exception as exc:
         checks.append(Check("broker", FAIL, f"the Celery app cannot be built ({exc})", "see logs"))
         app = None
     if app is not None:
         try:
-            checks.append(check_broker(context, app))
+            checks.append(check_broker(deployment, app))
             if checks[-1].verdict == PASS:
-                checks.append(check_workers(context, app))
+                checks.append(check_workers(deployment, app))
             else:
                 checks.append(
                     Check("workers", FAIL, "not checked: the broker is unreachable", "fix broker")
                 )
         finally:
             app.close()
-    checks.append(check_beat(context))
-    checks.append(check_honcho(context))
+    checks.append(check_beat(deployment))
+    checks.append(check_honcho(deployment))
     return checks
 
 

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 from pydantic import ValidationError
 
-from memhoncho import ids, recall
-from memhoncho import tools as recall_tools
+from memhoncho import ids
 from memhoncho.capture import build_record, is_selected
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile, InvalidEvent
 from memhoncho.hints import HintPool, settled
 from memhoncho.models import CaptureResult, CaptureStatus, RunEvent
+from memhoncho.recall import remote
+from memhoncho.recall import tools as recall_tools
 from memhoncho.store.ledger import LedgerCache
 from memhoncho.store.outbox import Outbox
 
@@ -48,9 +49,9 @@ class Host:
         config_dir: str | os.PathLike[str] | None = None,
         data_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.context = Context.from_dirs(config_dir, data_dir)
-        self.outbox = Outbox(self.context.layout)
-        self._ledgers = LedgerCache(self.context.layout)
+        self.deployment = Deployment.from_dirs(config_dir, data_dir)
+        self.outbox = Outbox(self.deployment.layout)
+        self._ledgers = LedgerCache(self.deployment.layout)
         self._app: Celery | None = None
         self._app_lock = threading.Lock()
         self._broker_down_until = 0.0
@@ -68,7 +69,7 @@ class Host:
         key = ids.conversation_key(run.conversation_id)
         if not is_selected(run.selection):
             return CaptureResult(status=CaptureStatus.NOT_SELECTED)
-        current = self.context.settings()
+        current = self.deployment.settings()
         record = build_record(
             run,
             user_peer_id=ids.peer_id(run.owner),
@@ -115,7 +116,7 @@ class Host:
             if self._app is None:
                 from memhoncho.celery_app import create_app
 
-                self._app = create_app(self.context, role="host")
+                self._app = create_app(self.deployment, role="host")
                 # A "task-sent" event is a second broker publish on every capture; workers
                 # still report received/started/succeeded to Flower.
                 self._app.conf.task_send_sent_event = False
@@ -125,7 +126,7 @@ class Host:
 
     def enqueue_delivery(self, conversation_id: str) -> bool:
         """Publish a delivery hint; False (at once) when there is no key or no broker."""
-        if self._closed or self.context.api_key() is None:
+        if self._closed or self.deployment.api_key() is None:
             return False
         if time.monotonic() < self._broker_down_until:
             return False
@@ -133,7 +134,7 @@ class Host:
 
     def _hint_soon(self, conversation_id: str) -> Future[bool] | None:
         """Start publishing a delivery hint on a hint thread; None when none is to be sent."""
-        if self._closed or self.context.api_key() is None:
+        if self._closed or self.deployment.api_key() is None:
             return None
         if time.monotonic() < self._broker_down_until:
             return None
@@ -177,7 +178,7 @@ class Host:
 
     def _enqueue_refresh(self, conversation_id: str) -> bool:
         ids.conversation_key(conversation_id)  # InvalidId before anything is sent
-        if self._closed or self.context.api_key() is None:
+        if self._closed or self.deployment.api_key() is None:
             return False
         if time.monotonic() < self._broker_down_until:
             return False
@@ -187,7 +188,7 @@ class Host:
         """The prompt sections from the local cache (``memory.Sections``): no network, no raise."""
         from memhoncho import memory
 
-        return memory.sections(self.context, conversation_id)
+        return memory.sections(self.deployment, conversation_id)
 
     # ---- recall tools -------------------------------------------------------------------
 
@@ -206,18 +207,18 @@ class Host:
     ) -> dict[str, Any]:
         """Run a model's tool call for ``owner``, here (``process``) or on a recall worker."""
         if via == "celery":
-            return recall.call_via_celery(self.celery(), self.context, name, arguments, owner)
+            return remote.call_via_celery(self.celery(), self.deployment, name, arguments, owner)
         if via != "process":
             raise ValueError(f"via must be 'process' or 'celery', not {via!r}")
-        return recall_tools.call_tool(self.context, name, arguments, owner)
+        return recall_tools.call_tool(self.deployment, name, arguments, owner)
 
     # ---- departures ---------------------------------------------------------------------
 
     def user_deleted(self, owner: str | None, purge: bool = False) -> dict[str, Any]:
         """Record that ``owner`` left; ``purge=True`` also removes their local pending data."""
-        from memhoncho import departures
+        from memhoncho.upkeep import departures
 
-        return departures.user_deleted(self.context, owner, purge=purge).as_dict()
+        return departures.user_deleted(self.deployment, owner, purge=purge).as_dict()
 
     # ---- forks --------------------------------------------------------------------------
 
@@ -228,9 +229,9 @@ class Host:
         already has a fork record or a Honcho session, InvalidId / InvalidInput for bad ids or
         a bad ``at_entry``; a refusal changes nothing.
         """
-        from memhoncho import forks
+        from memhoncho.delivery import forks
 
-        forks.fork_conversation(self.context, parent_id, child_id, at_entry)
+        forks.fork_conversation(self.deployment, parent_id, child_id, at_entry)
 
     # ---- shutdown -----------------------------------------------------------------------
 

@@ -17,9 +17,10 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from memhoncho import honcho, ids
-from memhoncho.context import Context
+from memhoncho import ids
+from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile, HonchoRejected, InvalidId, InvalidInput
+from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
 from memhoncho.store import peek
 from memhoncho.store.atomic import write_bytes
@@ -104,27 +105,27 @@ class Sections(BaseModel):
 # ---------------------------------------------------------------------------- refresh
 
 
-def refresh_representation(context: Context, conversation_id: str) -> Snapshot:
+def refresh_representation(deployment: Deployment, conversation_id: str) -> Snapshot:
     """Fetch the owner's representation and the session context; write the cache atomically.
 
     InvalidInput when memhoncho knows nothing of the conversation; Honcho failures propagate
     (the task maps them to retry). No lock is held while Honcho answers.
     """
     key = ids.conversation_key(conversation_id)
-    settings = context.settings()
-    ledger = _ledger_or_none(context, key)
-    user_peer_id = _user_peer_id(context, key, ledger)
+    settings = deployment.settings()
+    ledger = _ledger_or_none(deployment, key)
+    user_peer_id = _user_peer_id(deployment, key, ledger)
     if user_peer_id is None:
         raise InvalidInput("memhoncho holds nothing of this conversation yet")
-    client = honcho.read_client(context.honcho_target())
+    client = adapter.read_client(deployment.honcho_target())
     agent = settings.agent_peer_id
-    representation = honcho.representation(client, agent, user_peer_id)
+    representation = adapter.representation(client, agent, user_peer_id)
     session_id = ledger.session_id if ledger else None
     summary: str | None = None
     card: list[str] | None = None
     if session_id:
         try:
-            found = honcho.session_context(
+            found = adapter.session_context(
                 client,
                 session_id,
                 tokens=settings.context_tokens,
@@ -148,7 +149,7 @@ def refresh_representation(context: Context, conversation_id: str) -> Snapshot:
         context_tokens=settings.context_tokens,
         fetched_at=time.time(),
     )
-    write_bytes(context.layout.cache(key), snapshot.model_dump_json().encode("utf-8"))
+    write_bytes(deployment.layout.cache(key), snapshot.model_dump_json().encode("utf-8"))
     log.info(
         "representation refreshed",
         extra={"action": "representation_refreshed", "conversation_key": key},
@@ -156,29 +157,29 @@ def refresh_representation(context: Context, conversation_id: str) -> Snapshot:
     return snapshot
 
 
-def _ledger_or_none(context: Context, key: str) -> Ledger | None:
+def _ledger_or_none(deployment: Deployment, key: str) -> Ledger | None:
     try:
-        return read_ledger(context.layout, key)
+        return read_ledger(deployment.layout, key)
     except CorruptFile:
         return None
 
 
-def _user_peer_id(context: Context, key: str, ledger: Ledger | None) -> str | None:
+def _user_peer_id(deployment: Deployment, key: str, ledger: Ledger | None) -> str | None:
     """The owner's peer: from an outbox record, else the ledger, else the last snapshot."""
-    edges = peek.edges(context.layout.outbox(key))
+    edges = peek.edges(deployment.layout.outbox(key))
     record = edges.first if edges is not None else None
     if record is not None and isinstance(record.get("user_peer_id"), str):
         return str(record["user_peer_id"])
     if ledger is not None:
         return ids.peer_id(ledger.owner)
-    snapshot = read_snapshot(context, key)
+    snapshot = read_snapshot(deployment, key)
     return snapshot.user_peer_id if snapshot is not None else None
 
 
-def read_snapshot(context: Context, key: str) -> Snapshot | None:
+def read_snapshot(deployment: Deployment, key: str) -> Snapshot | None:
     """The cached snapshot; None when absent; CorruptFile when it cannot be parsed."""
     try:
-        data = context.layout.cache(key).read_bytes()
+        data = deployment.layout.cache(key).read_bytes()
     except FileNotFoundError:
         return None
     try:
@@ -187,7 +188,7 @@ def read_snapshot(context: Context, key: str) -> Snapshot | None:
         raise CorruptFile("the representation cache file is corrupt") from None
 
 
-def refresh_due(context: Context, *, now: float | None = None) -> list[str]:
+def refresh_due(deployment: Deployment, *, now: float | None = None) -> list[str]:
     """Delivered conversations whose snapshot is absent, or older than the TTL and behind.
 
     Behind: something was delivered after the snapshot was fetched, or within the last
@@ -195,8 +196,8 @@ def refresh_due(context: Context, *, now: float | None = None) -> list[str]:
     the representation for a while). A corrupt snapshot is due at once.
     """
     now = time.time() if now is None else now
-    ttl = context.settings().representation_ttl_s
-    layout = context.layout
+    ttl = deployment.settings().representation_ttl_s
+    layout = deployment.layout
     try:
         names = sorted(p.name for p in layout.ledger_dir.iterdir() if p.name.endswith(".json"))
     except FileNotFoundError:
@@ -204,11 +205,11 @@ def refresh_due(context: Context, *, now: float | None = None) -> list[str]:
     due: list[str] = []
     for name in names:
         key = name[: -len(".json")]
-        ledger = _ledger_or_none(context, key)
+        ledger = _ledger_or_none(deployment, key)
         if ledger is None or ledger.last_delivered_at is None:
             continue
         try:
-            snapshot = read_snapshot(context, key)
+            snapshot = read_snapshot(deployment, key)
         except CorruptFile:
             snapshot = None
         if snapshot is None:
@@ -225,10 +226,10 @@ def refresh_due(context: Context, *, now: float | None = None) -> list[str]:
 # ---------------------------------------------------------------------------- sections
 
 
-def sections(context: Context, conversation_id: str, *, now: float | None = None) -> Sections:
+def sections(deployment: Deployment, conversation_id: str, *, now: float | None = None) -> Sections:
     """The prompt sections from the cache alone. Never raises; never calls the network."""
     try:
-        return _sections(context, conversation_id, time.time() if now is None else now)
+        return _sections(deployment, conversation_id, time.time() if now is None else now)
     except Exception as exc:  # the prompt must always be buildable
         log.warning(
             "prompt sections unavailable",
@@ -246,14 +247,14 @@ def _empty(conversation_id: object, status: SectionsStatus, reason: str) -> Sect
     )
 
 
-def _sections(context: Context, conversation_id: str, now: float) -> Sections:
+def _sections(deployment: Deployment, conversation_id: str, now: float) -> Sections:
     try:
         key = ids.conversation_key(conversation_id)
     except InvalidId as exc:
         return _empty(conversation_id, SectionsStatus.INVALID, exc.message)
-    settings = context.settings()
+    settings = deployment.settings()
     try:
-        snapshot = read_snapshot(context, key)
+        snapshot = read_snapshot(deployment, key)
     except CorruptFile as exc:
         return _empty(conversation_id, SectionsStatus.CORRUPT, exc.message)
     if snapshot is None:

@@ -12,31 +12,31 @@ from typing import Any
 
 from celery import signals
 
-from memhoncho import results
 from memhoncho.celery_app import app
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
+from memhoncho.results import store as results
 
 log = logging.getLogger(__name__)
 
 
-def task_context() -> Context:
+def task_context() -> Deployment:
     """The dirs the app was built for (from ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR``)."""
-    return Context.from_dirs(app.conf.memhoncho_config_dir, app.conf.memhoncho_data_dir)
+    return Deployment.from_dirs(app.conf.memhoncho_config_dir, app.conf.memhoncho_data_dir)
 
 
 @signals.worker_process_init.connect(weak=False, dispatch_uid="memhoncho.tasks.process_init")
 def _fresh_honcho_clients(**_: Any) -> None:
     """Each pool process builds its own Honcho clients, lazily; none is inherited."""
-    from memhoncho import honcho
+    from memhoncho.honcho import adapter
 
-    honcho.close_clients()  # in a fresh child: drops the parent's, closes nothing of theirs
+    adapter.close_clients()  # in a fresh child: drops the parent's, closes nothing of theirs
 
 
 @signals.worker_process_shutdown.connect(weak=False, dispatch_uid="memhoncho.tasks.process_end")
 def _close_honcho_clients(**_: Any) -> None:
-    from memhoncho import honcho
+    from memhoncho.honcho import adapter
 
-    honcho.close_clients()
+    adapter.close_clients()
 
 
 # ---- delivery ----------------------------------------------------------------------------
@@ -62,20 +62,21 @@ def deliver(
     ``failures``: Honcho failures in a row so far; ``held``: the ledger's delivered-message
     count at the last one (progress since then starts the count again).
     """
-    from memhoncho import delivery, honcho
+    from memhoncho.delivery import engine as delivery
     from memhoncho.errors import ForkWaiting, HonchoFailure, LockBusy, MemhonchoError
+    from memhoncho.honcho import adapter
 
-    context = task_context()
+    deployment = task_context()
     try:
-        report = delivery.deliver_conversation(context, conversation_id)
+        report = delivery.deliver_conversation(deployment, conversation_id)
     except ForkWaiting:
         raise self.retry(countdown=_jittered(FORK_RETRY_S)) from None
     except LockBusy:
         raise self.retry(countdown=_jittered(LOCK_RETRY_S)) from None
     except HonchoFailure as exc:
-        now_held = delivery.messages_delivered(context, conversation_id)
+        now_held = delivery.messages_delivered(deployment, conversation_id)
         failures = 1 if now_held > held else failures + 1
-        decision = honcho.classify(exc, failures)
+        decision = adapter.classify(exc, failures)
         if decision.retry and failures < DELIVER_MAX_FAILURES:
             countdown = decision.delay_s if decision.delay_s is not None else LOCK_RETRY_S
             retry_kwargs = {"failures": failures, "held": now_held}
@@ -111,7 +112,7 @@ def deliver(
 @app.task(name="memhoncho.recall", ignore_result=False, acks_late=False)
 def recall(name: str, arguments: dict[str, Any], owner: str | None) -> dict[str, Any]:
     """Run one recall tool for a waiting host; answers ``{"ok", "result" | "error"}``."""
-    from memhoncho import tools
+    from memhoncho.recall import tools
 
     return tools.outcome(task_context(), name, arguments, owner)
 
@@ -129,7 +130,7 @@ def _send_delivery(conversation_id: str) -> bool:
 @app.task(name="memhoncho.outbox_sweep", ignore_result=True)
 def outbox_sweep() -> dict[str, Any]:
     """Resolve forks, re-drive pending deliveries, compact the outboxes (``sweep.sweep``)."""
-    from memhoncho import sweep
+    from memhoncho.upkeep import sweep
 
     report = sweep.sweep(task_context(), _send_delivery)
     return report.model_dump(mode="json", exclude={"conversations"})
@@ -156,13 +157,14 @@ def refresh_representations() -> int:
 )
 def refresh_representation(self: Any, conversation_id: str) -> None:
     """Fetch one conversation's representation and session context into its cache file."""
-    from memhoncho import honcho, memory
+    from memhoncho import memory
     from memhoncho.errors import MemhonchoError
+    from memhoncho.honcho import adapter
 
     try:
         memory.refresh_representation(task_context(), conversation_id)
     except MemhonchoError as exc:
-        decision = honcho.classify(exc, self.request.retries + 1)
+        decision = adapter.classify(exc, self.request.retries + 1)
         if decision.retry and self.request.retries < REFRESH_MAX_RETRIES:
             raise self.retry(countdown=decision.delay_s or 1.0) from None
         log.warning(

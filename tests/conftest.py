@@ -62,8 +62,8 @@ def workspace_id() -> str:
 @pytest.fixture(autouse=True)
 def _fresh_honcho_clients() -> Iterator[None]:
     """No test reuses a Honcho client (and its connections) built by another."""
-    from memhoncho import honcho
+    from memhoncho.honcho import adapter
 
-    honcho.close_clients()
+    adapter.close_clients()
     yield
-    honcho.close_clients()
+    adapter.close_clients()

@@ -14,7 +14,7 @@ import signal
 import threading
 from pathlib import Path
 
-from memhoncho import fork_clone
+from memhoncho.delivery import clone as fork_clone
 from memhoncho.testing.standin_control import StandInControl
 
 PLAN_ENV = "MEMHONCHO_TEST_FORK_KILL_PLAN"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from memhoncho import forks, honcho, ids
+from memhoncho import ids
 from memhoncho.capture import OUTBOX_ID_KEY
-from memhoncho.context import Context
-from memhoncho.fork_clone import FORK_CHILD_KEY
+from memhoncho.delivery import forks
+from memhoncho.delivery.clone import FORK_CHILD_KEY
+from memhoncho.deployment import Deployment
+from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
 from memhoncho.store.ledger import read_ledger, write_ledger
 from memhoncho.store.locks import file_lock
@@ -35,30 +37,30 @@ def run(
     }
 
 
-def deliver_in_process(context: Context, client: Any, conversation_id: str) -> Ledger:
+def deliver_in_process(deployment: Deployment, client: Any, conversation_id: str) -> Ledger:
     """What the delivery engine does, minus its crash handling: enough to drive forks here.
 
     Resolves the pending fork first, then sends every pending record with its outbox ids and
     entry ids in metadata, and keeps one anchor per delivered message (windowed).
     """
-    layout = context.layout
-    settings = context.settings()
+    layout = deployment.layout
+    settings = deployment.settings()
     key = ids.conversation_key(conversation_id)
     with file_lock(layout.conversation_lock(key)):
         ledger = read_ledger(layout, key) or Ledger(conversation_id=conversation_id)
         if ledger.session_id is None and layout.pending_fork(key).exists():
-            ledger = forks.resolve_pending_fork(context, client, key, conversation_id, ledger)
+            ledger = forks.resolve_pending_fork(deployment, client, key, conversation_id, ledger)
         pending = Outbox(layout).pending(key, ledger.delivered_seq)
         if ledger.session_id is None:
             if not pending:
                 return ledger
             sid = ids.session_id(settings.workspace_id, conversation_id)
-            honcho.ensure_session(client, sid, pending[0]["user_peer_id"], settings.agent_peer_id)
+            adapter.ensure_session(client, sid, pending[0]["user_peer_id"], settings.agent_peer_id)
             ledger = ledger.model_copy(update={"session_id": sid})
         assert ledger.session_id is not None
         for record in pending:
             outgoing = [
-                honcho.OutgoingMessage(
+                adapter.OutgoingMessage(
                     peer_id=record["user_peer_id"]
                     if m["role"] == "user"
                     else settings.agent_peer_id,
@@ -67,7 +69,7 @@ def deliver_in_process(context: Context, client: Any, conversation_id: str) -> L
                 )
                 for m in record["messages"]
             ]
-            stored = honcho.add_messages(client, ledger.session_id, outgoing)
+            stored = adapter.add_messages(client, ledger.session_id, outgoing)
             anchors = ledger.anchors + [
                 (m["entry_id"], mid) for m, mid in zip(record["messages"], stored, strict=True)
             ]

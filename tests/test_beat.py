@@ -14,18 +14,19 @@ from typing import Any
 
 import pytest
 
-from memhoncho import honcho, ids, routing
+from memhoncho import ids, routing
 from memhoncho.capture import OUTBOX_ID_KEY, build_record
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
+from memhoncho.honcho import adapter
 from memhoncho.host import Host
 from memhoncho.memory import SectionsStatus
 from memhoncho.models import RunEvent
 from memhoncho.store.deadletters import read_dead
 from memhoncho.store.outbox import Outbox
-from memhoncho.sweep import sweep
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+from memhoncho.upkeep.sweep import sweep
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +78,7 @@ def standin() -> Iterator[HonchoStandIn]:
         yield running
 
 
-class Deployment:
+class Site:
     """One data directory with its settings; workers, beat and CLI runs on demand."""
 
     def __init__(
@@ -85,7 +86,7 @@ class Deployment:
     ) -> None:
         self.config_dir, self.data_dir = config_dir, data_dir
         self.standin, self.workspace, self.redis = standin, ws, redis
-        self.context = Context(config_dir, data_dir)
+        self.deployment = Deployment(config_dir, data_dir)
         self.processes: list[CeleryProcess] = []
         self.settings(broker_url=redis)
         write_api_key(config_dir, API_KEY)
@@ -138,7 +139,7 @@ class Deployment:
 
     def outbox_batches(self, conversation: str) -> list[str]:
         key = ids.conversation_key(conversation)
-        return [r["batch_id"] for r in Outbox(self.context.layout).read(key).records]
+        return [r["batch_id"] for r in Outbox(self.deployment.layout).read(key).records]
 
     def stop(self) -> None:
         for process in reversed(self.processes):
@@ -146,10 +147,10 @@ class Deployment:
 
 
 @pytest.fixture
-def deployment(
+def site(
     config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
-) -> Iterator[Deployment]:
-    running = Deployment(config_dir, data_dir, standin, workspace_id, redis_url)
+) -> Iterator[Site]:
+    running = Site(config_dir, data_dir, standin, workspace_id, redis_url)
     try:
         yield running
     finally:
@@ -157,45 +158,45 @@ def deployment(
 
 
 def test_a_capture_made_while_the_broker_was_down_is_delivered_by_the_next_sweep(
-    deployment: Deployment,
+    site: Site,
 ) -> None:
-    deployment.settings(broker_url=DEAD_BROKER)  # the host's broker is down; workers' is not
-    with Host(deployment.config_dir, deployment.data_dir) as host:
+    site.settings(broker_url=DEAD_BROKER)  # the host's broker is down; workers' is not
+    with Host(site.config_dir, site.data_dir) as host:
         results = [host.capture(run("c-down", n)) for n in range(3)]
     assert [(r.status, r.enqueued) for r in results] == [("captured", False)] * 3
-    deployment.worker()
-    deployment.beat()
+    site.worker()
+    site.beat()
     expected = expected_texts("c-down", range(3))
-    wait_until(lambda: len(deployment.texts("c-down")) >= len(expected), "the sweep's delivery")
+    wait_until(lambda: len(site.texts("c-down")) >= len(expected), "the sweep's delivery")
     time.sleep(2.5)  # two more sweeps: nothing is delivered twice
-    assert deployment.texts("c-down") == expected
+    assert site.texts("c-down") == expected
 
 
 def test_compaction_keeps_every_pending_record_and_drops_the_delivered_ones(
-    deployment: Deployment,
+    site: Site,
 ) -> None:
     conversation = "c-compact"
-    worker = deployment.worker()
-    with Host(deployment.config_dir, deployment.data_dir) as host:
+    worker = site.worker()
+    with Host(site.config_dir, site.data_dir) as host:
         for n in range(5):
             host.capture(run(conversation, n))
-        wait_until(lambda: len(deployment.texts(conversation)) == 10, "the first five runs")
+        wait_until(lambda: len(site.texts(conversation)) == 10, "the first five runs")
         worker.stop()  # the next hints wait in Redis, unconsumed
         pending = [host.capture(run(conversation, n)) for n in range(5, 8)]
     enqueued: list[str] = []
-    report = sweep(deployment.context, lambda cid: enqueued.append(cid) or True)
+    report = sweep(site.deployment, lambda cid: enqueued.append(cid) or True)
     assert report.dropped_delivered == 5 and report.dead_lettered == 0
     assert enqueued == [conversation]
-    assert deployment.outbox_batches(conversation) == [r.batch_id for r in pending]
-    deployment.worker()
-    deployment.beat()
+    assert site.outbox_batches(conversation) == [r.batch_id for r in pending]
+    site.worker()
+    site.beat()
     expected = expected_texts(conversation, range(8))
-    wait_until(lambda: deployment.texts(conversation) == expected, "the pending runs")
-    wait_until(lambda: deployment.outbox_batches(conversation) == [], "the last compaction")
-    assert deployment.texts(conversation) == expected
+    wait_until(lambda: site.texts(conversation) == expected, "the pending runs")
+    wait_until(lambda: site.outbox_batches(conversation) == [], "the last compaction")
+    assert site.texts(conversation) == expected
 
 
-def _old_record(context: Context, conversation: str, n: int, age_s: float) -> dict[str, Any]:
+def _old_record(site: Site, conversation: str, n: int, age_s: float) -> dict[str, Any]:
     record = build_record(
         RunEvent.model_validate(run(conversation, n)),
         user_peer_id=ids.peer_id(OWNER),
@@ -203,7 +204,7 @@ def _old_record(context: Context, conversation: str, n: int, age_s: float) -> di
         captured_at=time.time() - age_s,
     )
     assert record is not None
-    Outbox(context.layout).append(
+    Outbox(site.layout).append(
         ids.conversation_key(conversation),
         record,
         max_pending=100,
@@ -214,46 +215,46 @@ def _old_record(context: Context, conversation: str, n: int, age_s: float) -> di
 
 
 def test_retention_moves_records_to_dead_letters_and_replay_delivers_them_once(
-    deployment: Deployment,
+    site: Site,
 ) -> None:
     conversation = "c-retained"
     key = ids.conversation_key(conversation)
-    old = [_old_record(deployment.context, conversation, n, 31 * DAY_S) for n in range(2)]
-    swept = deployment.cli("sweep", "--json")  # no worker yet: nothing can deliver them first
+    old = [_old_record(site.deployment, conversation, n, 31 * DAY_S) for n in range(2)]
+    swept = site.cli("sweep", "--json")  # no worker yet: nothing can deliver them first
     report = json.loads(swept.stdout)
     assert report["dead_lettered"] == 2, swept.stderr
     assert swept.stderr.count("moved to the dead-letter file") == 2
-    assert deployment.outbox_batches(conversation) == []
-    assert [r["batch_id"] for r in read_dead(deployment.context.layout, key)] == [
+    assert site.outbox_batches(conversation) == []
+    assert [r["batch_id"] for r in read_dead(site.deployment.layout, key)] == [
         r["batch_id"] for r in old
     ]
-    deployment.worker()  # the sweep's hints find nothing left to deliver
+    site.worker()  # the sweep's hints find nothing left to deliver
     time.sleep(2)
-    assert deployment.texts(conversation) == []
-    replayed = deployment.cli("replay", "--conversation", conversation, "--json")
+    assert site.texts(conversation) == []
+    replayed = site.cli("replay", "--conversation", conversation, "--json")
     assert json.loads(replayed.stdout)["replayed"] == 2, replayed.stderr
-    assert not deployment.context.layout.dead(key).exists()
+    assert not site.deployment.layout.dead(key).exists()
     expected = expected_texts(conversation, range(2))
-    wait_until(lambda: deployment.texts(conversation) == expected, "the replayed records")
-    again = json.loads(deployment.cli("sweep", "--json").stdout)
+    wait_until(lambda: site.texts(conversation) == expected, "the replayed records")
+    again = json.loads(site.cli("sweep", "--json").stdout)
     assert again["dead_lettered"] == 0
-    assert json.loads(deployment.cli("replay", "--json").stdout)["replayed"] == 0
+    assert json.loads(site.cli("replay", "--json").stdout)["replayed"] == 0
     time.sleep(1.5)
-    assert deployment.texts(conversation) == expected
+    assert site.texts(conversation) == expected
 
 
 def test_a_sweep_beside_heavy_capture_loses_and_duplicates_nothing(
-    deployment: Deployment,
+    site: Site,
 ) -> None:
     conversations = [f"c-heavy-{i}" for i in range(4)]
     runs_each = 50
-    deployment.worker(concurrency=2)
-    deployment.beat(MEMHONCHO_SWEEP_INTERVAL_S="0.5")
+    site.worker(concurrency=2)
+    site.beat(MEMHONCHO_SWEEP_INTERVAL_S="0.5")
     done = threading.Event()
     sweeps: list[int] = []
     errors: list[BaseException] = []
 
-    with Host(deployment.config_dir, deployment.data_dir) as host:
+    with Host(site.config_dir, site.data_dir) as host:
 
         def capture(mine: list[str]) -> None:
             try:
@@ -265,7 +266,7 @@ def test_a_sweep_beside_heavy_capture_loses_and_duplicates_nothing(
 
         def sweep_loop() -> None:
             while not done.is_set():
-                report = sweep(deployment.context, host.enqueue_delivery)
+                report = sweep(site.deployment, host.enqueue_delivery)
                 sweeps.append(report.dropped_delivered)
 
         sweeper = threading.Thread(target=sweep_loop)
@@ -281,29 +282,29 @@ def test_a_sweep_beside_heavy_capture_loses_and_duplicates_nothing(
     assert len(sweeps) > 1 and sum(sweeps) > 0  # sweeps compacted while capture ran
     for conversation in conversations:
         expected = expected_texts(conversation, range(runs_each))
-        wait_until(lambda c=conversation, e=expected: deployment.texts(c) == e, conversation)
-    final = sweep(deployment.context, lambda cid: True)
+        wait_until(lambda c=conversation, e=expected: site.texts(c) == e, conversation)
+    final = sweep(site.deployment, lambda cid: True)
     assert final.pending == 0 and final.dead_lettered == 0
     for conversation in conversations:
-        assert deployment.outbox_batches(conversation) == []
-        outbox_ids = deployment.outbox_ids(conversation)
+        assert site.outbox_batches(conversation) == []
+        outbox_ids = site.outbox_ids(conversation)
         assert len(outbox_ids) == len(set(outbox_ids)) == 2 * runs_each
 
 
 def test_sections_come_from_the_cache_refreshed_on_first_delivery_idle_and_beat(
-    deployment: Deployment,
+    site: Site,
 ) -> None:
     conversation = "c-memory"
-    deployment.settings(broker_url=deployment.redis, representation_ttl_s=2)
-    cache = deployment.context.layout.cache(ids.conversation_key(conversation))
-    deployment.worker()
-    with Host(deployment.config_dir, deployment.data_dir) as host:
+    site.settings(broker_url=site.redis, representation_ttl_s=2)
+    cache = site.deployment.layout.cache(ids.conversation_key(conversation))
+    site.worker()
+    with Host(site.config_dir, site.data_dir) as host:
         assert host.sections(conversation).status is SectionsStatus.MISSING
         host.capture(run(conversation, 0))
         wait_until(cache.exists, "the first delivery's refresh")  # no beat is running yet
         assert host.sections(conversation).status is SectionsStatus.FRESH
-        client = honcho.write_client(deployment.context.honcho_target())
-        honcho.create_conclusion(client, "agent", ids.peer_id(OWNER), "Ana runs marathons")
+        client = adapter.write_client(site.deployment.honcho_target())
+        adapter.create_conclusion(client, "agent", ids.peer_id(OWNER), "Ana runs marathons")
         assert host.conversation_idle(conversation)
         wait_until(
             lambda: "marathons" in host.sections(conversation).text("long-term-memory"),
@@ -312,7 +313,7 @@ def test_sections_come_from_the_cache_refreshed_on_first_delivery_idle_and_beat(
         cache.write_bytes(b'{"conversation_id": "c-mem')  # torn by something outside memhoncho
         broken = host.sections(conversation)
         assert broken.status is SectionsStatus.CORRUPT and broken.render() == ""
-        deployment.beat()
+        site.beat()
         wait_until(
             lambda: host.sections(conversation).status is not SectionsStatus.CORRUPT,
             "beat's refresh of the corrupt cache",

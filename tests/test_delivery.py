@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from memhoncho import delivery, honcho, ids
+from memhoncho import ids
 from memhoncho.capture import OUTBOX_ID_KEY
-from memhoncho.context import Context
-from memhoncho.delivery import DeliveryState, deliver_conversation
+from memhoncho.delivery import forks
+from memhoncho.delivery.engine import DeliveryState, deliver_conversation
+from memhoncho.deployment import Deployment
 from memhoncho.errors import (
-    ForkWaiting,
     HonchoRateLimited,
     HonchoRejected,
     HonchoTimeout,
@@ -24,6 +22,7 @@ from memhoncho.errors import (
     LockBusy,
     MissingApiKey,
 )
+from memhoncho.honcho import adapter
 from memhoncho.host import Host
 from memhoncho.models import Ledger
 from memhoncho.store.ledger import read_ledger, write_ledger
@@ -47,7 +46,9 @@ def standin() -> Iterator[HonchoStandIn]:
 
 
 @pytest.fixture
-def context(config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str) -> Context:
+def deployment(
+    config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str
+) -> Deployment:
     write_settings(
         config_dir,
         base_url=standin.url,
@@ -55,12 +56,12 @@ def context(config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_
         honcho_timeout_s=FAST_TIMEOUT_S,
     )
     write_api_key(config_dir, KEY)
-    return Context(config_dir, data_dir)
+    return Deployment(config_dir, data_dir)
 
 
 @pytest.fixture
-def host(context: Context) -> Iterator[Host]:
-    with Host(context.config_dir, context.data_dir) as running:
+def host(deployment: Deployment) -> Iterator[Host]:
+    with Host(deployment.config_dir, deployment.data_dir) as running:
         yield running
 
 
@@ -83,17 +84,17 @@ def sends(standin: HonchoStandIn) -> int:
     )
 
 
-def ledger(context: Context, conversation: str = CONVERSATION) -> Ledger:
-    found = read_ledger(context.layout, ids.conversation_key(conversation))
+def ledger(deployment: Deployment, conversation: str = CONVERSATION) -> Ledger:
+    found = read_ledger(deployment.layout, ids.conversation_key(conversation))
     assert found is not None
     return found
 
 
 def test_pending_runs_arrive_in_order_once_with_outbox_ids_in_a_session_configured_first(
-    host: Host, context: Context, standin: HonchoStandIn, workspace_id: str
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     capture(host, range(5))
-    report = deliver_conversation(context, CONVERSATION)
+    report = deliver_conversation(deployment, CONVERSATION)
 
     assert report.state == DeliveryState.DELIVERED
     assert report.delivered_messages == 10
@@ -102,7 +103,7 @@ def test_pending_runs_arrive_in_order_once_with_outbox_ids_in_a_session_configur
     sid = ids.session_id(workspace_id, CONVERSATION)
     assert report.session_id == sid
     stored = standin.messages(workspace_id, sid)
-    records = Outbox(context.layout).read(ids.conversation_key(CONVERSATION)).records
+    records = Outbox(deployment.layout).read(ids.conversation_key(CONVERSATION)).records
     outbox_ids = [m["id"] for r in records for m in r["messages"]]
     assert [m["metadata"][OUTBOX_ID_KEY] for m in stored] == outbox_ids
     assert stored[0]["metadata"]["entry_id"] == 0
@@ -113,31 +114,31 @@ def test_pending_runs_arrive_in_order_once_with_outbox_ids_in_a_session_configur
         "observe_me": False,
         "observe_others": True,
     }
-    book = ledger(context)
+    book = ledger(deployment)
     assert book.delivered_seq == records[-1]["seq"]
     assert book.delivered_batches == [r["batch_id"] for r in records]
     assert book.in_flight == [] and book.delivered_partial == []
     assert book.messages_delivered == 10
     assert book.last_error is None
-    last = json.loads(context.layout.last_delivery.read_text())
+    last = json.loads(deployment.layout.last_delivery.read_text())
     assert last["at"] == book.last_delivered_at
-    again = deliver_conversation(context, CONVERSATION)
+    again = deliver_conversation(deployment, CONVERSATION)
     assert again.state == DeliveryState.IDLE and again.calls == 0
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 5)
 
 
 def test_every_delivered_entry_folds_an_anchor_to_its_honcho_message(
-    host: Host, context: Context, standin: HonchoStandIn, workspace_id: str
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     capture(host, range(3))
-    deliver_conversation(context, CONVERSATION)
+    deliver_conversation(deployment, CONVERSATION)
 
     stored = standin.messages(workspace_id, ids.session_id(workspace_id, CONVERSATION))
-    assert ledger(context).anchors == [(m["metadata"]["entry_id"], m["id"]) for m in stored]
+    assert ledger(deployment).anchors == [(m["metadata"]["entry_id"], m["id"]) for m in stored]
 
 
 def test_anchors_and_the_batch_window_keep_only_the_newest(
-    host: Host, context: Context, config_dir: Path, standin: HonchoStandIn, workspace_id: str
+    host: Host, deployment: Deployment, config_dir: Path, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     write_settings(
         config_dir,
@@ -147,19 +148,19 @@ def test_anchors_and_the_batch_window_keep_only_the_newest(
         delivered_batch_window=10,
     )
     capture(host, range(30))
-    deliver_conversation(context, CONVERSATION)
+    deliver_conversation(deployment, CONVERSATION)
 
-    book = ledger(context)
+    book = ledger(deployment)
     assert [entry for entry, _ in book.anchors] == list(range(50, 60))
-    records = Outbox(context.layout).read(ids.conversation_key(CONVERSATION)).records
+    records = Outbox(deployment.layout).read(ids.conversation_key(CONVERSATION)).records
     assert book.delivered_batches == [r["batch_id"] for r in records[-10:]]
 
 
 def test_pending_messages_are_coalesced_up_to_100_a_call(
-    host: Host, context: Context, standin: HonchoStandIn, workspace_id: str
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     capture(host, range(120))  # 240 messages
-    report = deliver_conversation(context, CONVERSATION)
+    report = deliver_conversation(deployment, CONVERSATION)
 
     assert sends(standin) == 3
     assert report.calls == 3 + 3  # the session and its two members' config, then three sends
@@ -167,63 +168,63 @@ def test_pending_messages_are_coalesced_up_to_100_a_call(
 
 
 def test_a_record_split_across_calls_is_finished_without_resending_its_first_part(
-    host: Host, context: Context, standin: HonchoStandIn, workspace_id: str
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     host.capture(run_event(CONVERSATION, 0, OWNER, inputs=150))  # 151 messages, one record
-    first = deliver_conversation(context, CONVERSATION, max_calls=4)  # setup (3) + one send
+    first = deliver_conversation(deployment, CONVERSATION, max_calls=4)  # setup (3) + one send
 
     assert first.state == DeliveryState.MORE
-    book = ledger(context)
+    book = ledger(deployment)
     assert len(book.delivered_partial) == 100
     assert book.delivered_seq == 0
-    second = deliver_conversation(context, CONVERSATION)
+    second = deliver_conversation(deployment, CONVERSATION)
 
     assert second.state == DeliveryState.DELIVERED
     assert second.delivered_messages == 51
     stored = texts(standin, workspace_id)
     assert len(stored) == 151 and len(set(stored)) == 151
-    assert ledger(context).delivered_partial == []
-    assert ledger(context).messages_delivered == 151
+    assert ledger(deployment).delivered_partial == []
+    assert ledger(deployment).messages_delivered == 151
 
 
 def test_a_send_that_timed_out_after_commit_is_found_in_honcho_not_sent_again(
-    host: Host, context: Context, standin: HonchoStandIn, workspace_id: str
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     capture(host, range(3))
     standin.faults.add("timeout_after_commit", path_contains="/messages", sleep_s=FAULT_SLEEP_S)
 
     with pytest.raises(HonchoTimeout):
-        deliver_conversation(context, CONVERSATION)
-    book = ledger(context)
+        deliver_conversation(deployment, CONVERSATION)
+    book = ledger(deployment)
     assert len(book.in_flight) == 6
     assert book.last_error is not None and book.last_error["code"] == HonchoTimeout.code
     capture(host, range(3, 4))
-    report = deliver_conversation(context, CONVERSATION)
+    report = deliver_conversation(deployment, CONVERSATION)
 
     assert report.recovered_messages == 6
     assert report.delivered_messages == 2
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 4)
-    assert ledger(context).in_flight == []
-    assert ledger(context).last_error is None
-    assert ledger(context).messages_delivered == 8
+    assert ledger(deployment).in_flight == []
+    assert ledger(deployment).last_error is None
+    assert ledger(deployment).messages_delivered == 8
 
 
 def test_an_in_flight_mark_found_at_start_sends_only_what_honcho_lacks(
-    host: Host, context: Context, standin: HonchoStandIn, workspace_id: str
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     """A worker died between its send and its ledger write: half the mark was stored."""
     capture(host, range(4))
     key = ids.conversation_key(CONVERSATION)
-    records = Outbox(context.layout).read(key).records
+    records = Outbox(deployment.layout).read(key).records
     sid = ids.session_id(workspace_id, CONVERSATION)
-    client = honcho.write_client(context.honcho_target())
-    honcho.ensure_session(client, sid, ids.peer_id(OWNER), "agent")
+    client = adapter.write_client(deployment.honcho_target())
+    adapter.ensure_session(client, sid, ids.peer_id(OWNER), "agent")
     first_two = [m for r in records[:2] for m in r["messages"]]
-    honcho.add_messages(
+    adapter.add_messages(
         client,
         sid,
         [
-            honcho.OutgoingMessage(
+            adapter.OutgoingMessage(
                 ids.peer_id(OWNER) if m["role"] == "user" else "agent",
                 m["text"],
                 {**m["meta"], OUTBOX_ID_KEY: m["id"]},
@@ -233,110 +234,110 @@ def test_an_in_flight_mark_found_at_start_sends_only_what_honcho_lacks(
     )
     in_flight = [m["id"] for r in records for m in r["messages"]]
     write_ledger(
-        context.layout,
+        deployment.layout,
         key,
         Ledger(conversation_id=CONVERSATION, owner=OWNER, session_id=sid, in_flight=in_flight),
     )
-    report = deliver_conversation(context, CONVERSATION)
+    report = deliver_conversation(deployment, CONVERSATION)
 
     assert report.recovered_messages == 4
     assert report.delivered_messages == 4
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 4)
-    assert ledger(context).delivered_seq == records[-1]["seq"]
+    assert ledger(deployment).delivered_seq == records[-1]["seq"]
 
 
 def test_a_permanent_refusal_is_recorded_and_leaves_every_record_pending(
-    host: Host, context: Context, standin: HonchoStandIn, workspace_id: str
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     capture(host, range(3))
     standin.api_key = "another-key"  # every call now answers 401
 
     with pytest.raises(HonchoRejected) as refused:
-        deliver_conversation(context, CONVERSATION)
-    assert not honcho.classify(refused.value, 1).retry
+        deliver_conversation(deployment, CONVERSATION)
+    assert not adapter.classify(refused.value, 1).retry
     assert KEY not in str(refused.value.as_dict())
-    book = ledger(context)
+    book = ledger(deployment)
     assert book.last_error is not None
     assert book.last_error["code"] == HonchoRejected.code
     assert book.last_error["status"] == 401
     assert book.delivered_seq == 0 and book.in_flight == []
     key = ids.conversation_key(CONVERSATION)
-    assert len(Outbox(context.layout).pending(key, book.delivered_seq)) == 3
+    assert len(Outbox(deployment.layout).pending(key, book.delivered_seq)) == 3
     standin.api_key = KEY
-    deliver_conversation(context, CONVERSATION)
+    deliver_conversation(deployment, CONVERSATION)
 
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 3)
-    assert ledger(context).last_error is None
+    assert ledger(deployment).last_error is None
 
 
 def test_a_rate_limit_is_retried_after_its_retry_after_and_nothing_is_left_in_flight(
-    host: Host, context: Context, standin: HonchoStandIn, workspace_id: str
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     capture(host, range(2))
-    deliver_conversation(context, CONVERSATION)
+    deliver_conversation(deployment, CONVERSATION)
     capture(host, range(2, 4))
     standin.faults.add("http_429", path_contains="/messages", retry_after_s=7)
 
     with pytest.raises(HonchoRateLimited) as limited:
-        deliver_conversation(context, CONVERSATION)
-    decision = honcho.classify(limited.value, 1)
+        deliver_conversation(deployment, CONVERSATION)
+    decision = adapter.classify(limited.value, 1)
     assert decision.retry and decision.delay_s == 7
-    assert ledger(context).in_flight == []  # a 429 stored nothing: no need to ask Honcho
-    report = deliver_conversation(context, CONVERSATION)
+    assert ledger(deployment).in_flight == []  # a 429 stored nothing: no need to ask Honcho
+    report = deliver_conversation(deployment, CONVERSATION)
 
     assert report.recovered_messages == 0 and report.calls == 1
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 4)
 
 
 def test_a_server_error_keeps_the_mark_and_the_retry_sends_each_message_once(
-    host: Host, context: Context, standin: HonchoStandIn, workspace_id: str
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     capture(host, range(2))
     standin.faults.add("http_503", path_contains="/messages")
 
     with pytest.raises(HonchoUnavailable) as failed:
-        deliver_conversation(context, CONVERSATION)
-    assert honcho.classify(failed.value, 1).retry
-    assert len(ledger(context).in_flight) == 4
-    deliver_conversation(context, CONVERSATION)
+        deliver_conversation(deployment, CONVERSATION)
+    assert adapter.classify(failed.value, 1).retry
+    assert len(ledger(deployment).in_flight) == 4
+    deliver_conversation(deployment, CONVERSATION)
 
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 2)
 
 
 def test_a_held_conversation_lock_makes_delivery_busy_and_changes_nothing(
-    host: Host, context: Context, standin: HonchoStandIn
+    host: Host, deployment: Deployment, standin: HonchoStandIn
 ) -> None:
     capture(host, range(1))
     key = ids.conversation_key(CONVERSATION)
-    with file_lock(context.layout.conversation_lock(key)), pytest.raises(LockBusy):
-        deliver_conversation(context, CONVERSATION)
-    assert read_ledger(context.layout, key) is None
+    with file_lock(deployment.layout.conversation_lock(key)), pytest.raises(LockBusy):
+        deliver_conversation(deployment, CONVERSATION)
+    assert read_ledger(deployment.layout, key) is None
     assert sends(standin) == 0
 
 
 def test_nothing_pending_needs_no_key_and_no_call(
-    context: Context, config_dir: Path, standin: HonchoStandIn
+    deployment: Deployment, config_dir: Path, standin: HonchoStandIn
 ) -> None:
     (config_dir / "secrets.json").unlink()
-    report = deliver_conversation(context, "never-captured")
+    report = deliver_conversation(deployment, "never-captured")
     assert report.state == DeliveryState.IDLE
     assert standin.request_count() == 0
 
 
 def test_pending_work_without_a_key_raises_missing_api_key_and_stays_pending(
-    host: Host, context: Context, config_dir: Path
+    host: Host, deployment: Deployment, config_dir: Path
 ) -> None:
     capture(host, range(1))
     (config_dir / "secrets.json").unlink()
     with pytest.raises(MissingApiKey):
-        deliver_conversation(context, CONVERSATION)
+        deliver_conversation(deployment, CONVERSATION)
     key = ids.conversation_key(CONVERSATION)
-    assert len(Outbox(context.layout).pending(key, 0)) == 1
+    assert len(Outbox(deployment.layout).pending(key, 0)) == 1
 
 
-def test_a_pending_fork_is_resolved_through_the_fork_module_before_any_message(
+def test_a_pending_fork_is_resolved_before_any_message(
     host: Host,
-    context: Context,
+    deployment: Deployment,
     standin: HonchoStandIn,
     workspace_id: str,
     monkeypatch: pytest.MonkeyPatch,
@@ -344,36 +345,20 @@ def test_a_pending_fork_is_resolved_through_the_fork_module_before_any_message(
     calls: list[tuple[str, str]] = []
 
     def resolve_pending_fork(
-        ctx: Context, client: Any, key: str, conversation_id: str, book: Ledger
+        ctx: Deployment, client: Any, key: str, conversation_id: str, book: Ledger
     ) -> Ledger:
         calls.append((key, conversation_id))
         return book.model_copy(update={"session_id": "chosen_by_the_fork"})
 
-    fake = types.ModuleType("fake_forks")
-    fake.resolve_pending_fork = resolve_pending_fork  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "fake_forks", fake)
-    monkeypatch.setattr(delivery, "FORKS_MODULE", "fake_forks")
+    monkeypatch.setattr(forks, "resolve_pending_fork", resolve_pending_fork)
     key = ids.conversation_key(CONVERSATION)
-    context.layout.pending_fork(key).parent.mkdir(parents=True)
-    context.layout.pending_fork(key).write_text("{}")
+    deployment.layout.pending_fork(key).parent.mkdir(parents=True)
+    deployment.layout.pending_fork(key).write_text("{}")
     capture(host, range(2))
-    report = deliver_conversation(context, CONVERSATION)
+    report = deliver_conversation(deployment, CONVERSATION)
 
     assert calls == [(key, CONVERSATION)]
     assert report.session_id == "chosen_by_the_fork"
     assert [m["content"] for m in standin.messages(workspace_id, "chosen_by_the_fork")] == (
         expected_texts(CONVERSATION, 2)
     )
-
-
-def test_a_pending_fork_without_the_fork_module_waits_and_sends_nothing(
-    host: Host, context: Context, standin: HonchoStandIn, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(delivery, "FORKS_MODULE", "memhoncho_no_such_forks_module")
-    key = ids.conversation_key(CONVERSATION)
-    context.layout.pending_fork(key).parent.mkdir(parents=True)
-    context.layout.pending_fork(key).write_text("{}")
-    capture(host, range(1))
-    with pytest.raises(ForkWaiting):
-        deliver_conversation(context, CONVERSATION)
-    assert sends(standin) == 0

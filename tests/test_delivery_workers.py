@@ -22,14 +22,14 @@ import redis
 
 from memhoncho import ids
 from memhoncho.capture import OUTBOX_ID_KEY
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.host import Host
 from memhoncho.store.ledger import read_ledger
-from memhoncho.sweep import sweep
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.runs import expected_texts, run_event
+from memhoncho.upkeep.sweep import sweep
 
 pytestmark = pytest.mark.slow
 
@@ -151,7 +151,7 @@ def wait_delivered(
 
 
 def assert_each_conversation_complete_in_order_once(
-    standin: HonchoStandIn, context: Context, workspace_id: str, names: list[str], runs: int
+    standin: HonchoStandIn, deployment: Deployment, workspace_id: str, names: list[str], runs: int
 ) -> None:
     sessions = stored_texts(standin, workspace_id)
     problems: list[str] = []
@@ -167,7 +167,7 @@ def assert_each_conversation_complete_in_order_once(
                 f"{name}: {len(texts)} stored of {len(expected)}, {lost} lost, {twice} twice, "
                 f"in order: {sorted(texts, key=expected.index) == texts if not lost else '?'}"
             )
-        ledger = read_ledger(context.layout, ids.conversation_key(name))
+        ledger = read_ledger(deployment.layout, ids.conversation_key(name))
         if ledger is None or ledger.in_flight or ledger.messages_delivered != len(expected):
             problems.append(f"{name}: ledger {ledger and ledger.model_dump(exclude={'anchors'})}")
     assert not problems, "\n".join(problems[:20])
@@ -181,7 +181,7 @@ def test_fifty_conversations_of_two_hundred_runs_arrive_complete_in_order_once(
         capture_concurrently(host, names, runs)
         wait_delivered(standin, workspace_id, names, runs)
     assert_each_conversation_complete_in_order_once(
-        standin, Context(config_dir, data_dir), workspace_id, names, runs
+        standin, Deployment(config_dir, data_dir), workspace_id, names, runs
     )
     # Coalesced: far fewer sends than runs.
     sends = standin.request_count(path_contains="/messages", method="POST")
@@ -197,7 +197,7 @@ def test_pool_children_killed_at_random_moments_lose_duplicate_and_reorder_nothi
     host: Host, config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     names, runs = conversations(20), 80
-    context = Context(config_dir, data_dir)
+    deployment = Deployment(config_dir, data_dir)
     standin.faults.add(
         "latency_ms", latency_ms=SEND_LATENCY_MS, count=None, path_contains="/messages"
     )
@@ -205,7 +205,7 @@ def test_pool_children_killed_at_random_moments_lose_duplicate_and_reorder_nothi
 
     def redrive() -> None:
         redrives.append(time.monotonic())
-        sweep(context, host.enqueue_delivery)
+        sweep(deployment, host.enqueue_delivery)
 
     with fleet(config_dir, data_dir, KILLABLE_FLEET) as workers:
         killable = [
@@ -229,7 +229,7 @@ def test_pool_children_killed_at_random_moments_lose_duplicate_and_reorder_nothi
         mid_task = sum(w.log_text().count("WorkerLostError") for w in workers)
     print(f"kills={kills} mid-task={mid_task} sweep re-drives={len(redrives)}")
     assert kills >= KILLS
-    assert_each_conversation_complete_in_order_once(standin, context, workspace_id, names, runs)
+    assert_each_conversation_complete_in_order_once(standin, deployment, workspace_id, names, runs)
 
 
 FAULT_PROBABILITY = 0.072  # each of three kinds: 1 - (1 - 0.072) ** 3 ~ 20% of calls fail
@@ -240,7 +240,7 @@ def test_a_stand_in_failing_a_fifth_of_calls_loses_and_duplicates_nothing(
     host: Host, config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     names, runs = conversations(20), 50
-    context = Context(config_dir, data_dir)
+    deployment = Deployment(config_dir, data_dir)
     for seed, kind in enumerate(("http_500", "http_429", "timeout_after_commit")):
         standin.faults.add(
             kind,
@@ -257,12 +257,12 @@ def test_a_stand_in_failing_a_fifth_of_calls_loses_and_duplicates_nothing(
             workspace_id,
             names,
             runs,
-            redrive=lambda: sweep(context, host.enqueue_delivery),
+            redrive=lambda: sweep(deployment, host.enqueue_delivery),
         )
     fired = {f["kind"]: f["fired"] for f in standin.faults.list()}
     print(f"faults fired={fired} of {standin.request_count()} requests")
     assert all(fired[kind] > 0 for kind in ("http_500", "http_429", "timeout_after_commit")), fired
-    assert_each_conversation_complete_in_order_once(standin, context, workspace_id, names, runs)
+    assert_each_conversation_complete_in_order_once(standin, deployment, workspace_id, names, runs)
 
 
 def test_a_flushed_broker_loses_nothing_the_next_capture_or_the_sweep_redrives_it(
@@ -274,7 +274,7 @@ def test_a_flushed_broker_loses_nothing_the_next_capture_or_the_sweep_redrives_i
     redis_url: str,
 ) -> None:
     names, runs = conversations(10), 20
-    context = Context(config_dir, data_dir)
+    deployment = Deployment(config_dir, data_dir)
     broker = redis.Redis.from_url(redis_url)
     capture_concurrently(host, names, runs, threads=2)  # no worker yet: the hints wait
     broker.flushdb()
@@ -285,15 +285,17 @@ def test_a_flushed_broker_loses_nothing_the_next_capture_or_the_sweep_redrives_i
             host.capture(run_event(name, runs, OWNER))
         wait_delivered(standin, workspace_id, names[:5], runs + 1)
         assert_each_conversation_complete_in_order_once(
-            standin, context, workspace_id, names[:5], runs + 1
+            standin, deployment, workspace_id, names[:5], runs + 1
         )
         # Flushed again with deliveries under way; the sweep re-drives what is left.
         standin.faults.add("latency_ms", latency_ms=200, count=None, path_contains="/messages")
         for name in names[5:]:
             host.capture(run_event(name, runs, OWNER))
         broker.flushdb()
-        report = sweep(context, host.enqueue_delivery)
+        report = sweep(deployment, host.enqueue_delivery)
         assert report.enqueued >= 1
         wait_delivered(standin, workspace_id, names, runs + 1)
-    assert_each_conversation_complete_in_order_once(standin, context, workspace_id, names, runs + 1)
+    assert_each_conversation_complete_in_order_once(
+        standin, deployment, workspace_id, names, runs + 1
+    )
     broker.close()

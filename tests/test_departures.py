@@ -13,7 +13,7 @@ from memhoncho import ids
 from memhoncho.errors import InvalidId
 from memhoncho.host import Host
 from memhoncho.models import Ledger
-from memhoncho.status import status_view
+from memhoncho.status.view import status_view
 from memhoncho.store.atomic import write_json
 from memhoncho.store.ledger import write_ledger
 
@@ -53,7 +53,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def _seed(host: Host) -> None:
-    layout = host.context.layout
+    layout = host.deployment.layout
     for conversation, owner in (("ana-1", ANA), ("ana-2", ANA), ("bo-1", BO), ("free", None)):
         host.capture(_run(conversation, "r1", owner))
         host.capture(_run(conversation, "r2", owner))
@@ -66,21 +66,21 @@ def _seed(host: Host) -> None:
 
 def test_a_departure_without_purge_writes_a_notice_and_removes_nothing(host: Host) -> None:
     _seed(host)
-    root = host.context.data_dir
+    root = host.deployment.data_dir
     before = _files(root)
     result = host.user_deleted(ANA)
     assert result["purged"] is False and result["records_removed"] == 0
     assert _files(root) == before
     notice = json.loads(
-        (host.context.layout.departures_dir / f"{ids.peer_id(ANA)}.json").read_text()
+        (host.deployment.layout.departures_dir / f"{ids.peer_id(ANA)}.json").read_text()
     )
     assert notice["peer_id"] == ids.peer_id(ANA) and notice["purged"] is False
 
 
 def test_purge_removes_exactly_that_users_pending_records_and_caches(host: Host) -> None:
     _seed(host)
-    layout = host.context.layout
-    root = host.context.data_dir
+    layout = host.deployment.layout
+    root = host.deployment.data_dir
     before = _files(root)
     result = host.user_deleted(ANA, purge=True)
     ana_keys = sorted(ids.conversation_key(c) for c in ("ana-1", "ana-2", "ana-old"))
@@ -105,9 +105,9 @@ def test_purge_removes_exactly_that_users_pending_records_and_caches(host: Host)
 
 def test_purged_records_are_gone_from_the_status_view_and_the_departure_shows(host: Host) -> None:
     _seed(host)
-    assert status_view(host.context)["outbox"]["pending_batches"] == 8
+    assert status_view(host.deployment)["outbox"]["pending_batches"] == 8
     host.user_deleted(BO, purge=True)
-    view = status_view(host.context)
+    view = status_view(host.deployment)
     assert view["outbox"]["pending_batches"] == 6
     assert view["departures"]["count"] == 1
     assert view["departures"]["notices"][0]["peer_id"] == ids.peer_id(BO)
@@ -123,8 +123,8 @@ def test_new_captures_after_a_purge_are_kept(host: Host) -> None:
 
 def test_a_malformed_user_name_is_refused_and_changes_nothing(host: Host) -> None:
     _seed(host)
-    before = _files(host.context.data_dir)
+    before = _files(host.deployment.data_dir)
     with pytest.raises(InvalidId):
         host.user_deleted("", purge=True)
-    assert _files(host.context.data_dir) == before
-    assert not host.context.layout.departures_dir.exists()
+    assert _files(host.deployment.data_dir) == before
+    assert not host.deployment.layout.departures_dir.exists()

@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 from forks_support import deliver_in_process, run, sessions_of_child, texts
 
-from memhoncho import forks, honcho, ids
-from memhoncho.context import Context
+from memhoncho import ids
+from memhoncho.delivery import forks
+from memhoncho.delivery.clone import FORK_CHILD_KEY, INTENT_KEY
+from memhoncho.deployment import Deployment
 from memhoncho.errors import ForkRefused, ForkWaiting, InvalidId, InvalidInput
-from memhoncho.fork_clone import FORK_CHILD_KEY, INTENT_KEY
+from memhoncho.honcho import adapter
 from memhoncho.host import Host
 from memhoncho.models import Ledger
 from memhoncho.store.forks import ForkRecord, clone_marker_path, read_fork
@@ -41,14 +43,14 @@ def env(
 ) -> Iterator[dict[str, Any]]:
     monkeypatch.setenv("MEMHONCHO_BASE_URL", standin.url)
     monkeypatch.setenv("MEMHONCHO_WORKSPACE_ID", workspace_id)
-    context = Context(config_dir, data_dir)
+    deployment = Deployment(config_dir, data_dir)
     host = Host(config_dir, data_dir)  # no API key: capture publishes nothing
-    client = honcho.write_client(
-        honcho.HonchoTarget(base_url=standin.url, api_key="k", workspace_id=workspace_id)
+    client = adapter.write_client(
+        adapter.HonchoTarget(base_url=standin.url, api_key="k", workspace_id=workspace_id)
     )
-    yield {"context": context, "host": host, "client": client, "ws": workspace_id}
+    yield {"deployment": deployment, "host": host, "client": client, "ws": workspace_id}
     host.close()
-    honcho.close_clients()
+    adapter.close_clients()
 
 
 def _capture(env: dict[str, Any], conversation_id: str, *runs: dict[str, Any]) -> None:
@@ -59,11 +61,11 @@ def _capture(env: dict[str, Any], conversation_id: str, *runs: dict[str, Any]) -
 
 
 def _deliver(env: dict[str, Any], conversation_id: str) -> Ledger:
-    return deliver_in_process(env["context"], env["client"], conversation_id)
+    return deliver_in_process(env["deployment"], env["client"], conversation_id)
 
 
 def _ledger(env: dict[str, Any], conversation_id: str) -> Ledger:
-    ledger = read_ledger(env["context"].layout, ids.conversation_key(conversation_id))
+    ledger = read_ledger(env["deployment"].layout, ids.conversation_key(conversation_id))
     assert ledger is not None
     return ledger
 
@@ -166,7 +168,7 @@ def test_a_trimmed_anchor_window_that_starts_after_the_fork_point_starts_fresh()
 
 def test_forking_writes_one_record_and_calls_nothing(env: dict[str, Any]) -> None:
     env["host"].conversation_forked(PARENT, CHILD, 7)
-    layout = env["context"].layout
+    layout = env["deployment"].layout
     record = read_fork(layout, ids.conversation_key(CHILD))
     assert record is not None
     assert (record.parent_id, record.child_id, record.at_entry) == (PARENT, CHILD, 7)
@@ -187,7 +189,7 @@ def test_a_bad_fork_point_is_refused_and_changes_nothing(
     with pytest.raises(InvalidInput) as caught:
         env["host"].conversation_forked(PARENT, CHILD, at_entry)
     assert caught.value.code == "ERR_INVALID_INPUT"
-    assert forks.pending_fork_keys(env["context"].layout) == []
+    assert forks.pending_fork_keys(env["deployment"].layout) == []
 
 
 @pytest.mark.parametrize("bad", ["", " padded", "a\x00b", 12])
@@ -196,7 +198,7 @@ def test_bad_conversation_ids_are_refused(env: dict[str, Any], bad: Any) -> None
         env["host"].conversation_forked(bad, CHILD, 1)
     with pytest.raises(InvalidId):
         env["host"].conversation_forked(PARENT, bad, 1)
-    assert forks.pending_fork_keys(env["context"].layout) == []
+    assert forks.pending_fork_keys(env["deployment"].layout) == []
 
 
 def test_a_second_fork_of_the_same_child_is_refused(env: dict[str, Any]) -> None:
@@ -204,16 +206,16 @@ def test_a_second_fork_of_the_same_child_is_refused(env: dict[str, Any]) -> None
     with pytest.raises(ForkRefused) as caught:
         env["host"].conversation_forked("other", CHILD, 9)
     assert caught.value.code == "ERR_FORK_REFUSED"
-    record = read_fork(env["context"].layout, ids.conversation_key(CHILD))
+    record = read_fork(env["deployment"].layout, ids.conversation_key(CHILD))
     assert record is not None and record.parent_id == PARENT
 
 
 def test_forking_a_child_that_has_a_session_is_refused(env: dict[str, Any]) -> None:
     key = ids.conversation_key(CHILD)
-    write_ledger(env["context"].layout, key, Ledger(conversation_id=CHILD, session_id="s1"))
+    write_ledger(env["deployment"].layout, key, Ledger(conversation_id=CHILD, session_id="s1"))
     with pytest.raises(ForkRefused):
         env["host"].conversation_forked(PARENT, CHILD, 3)
-    assert forks.pending_fork_keys(env["context"].layout) == []
+    assert forks.pending_fork_keys(env["deployment"].layout) == []
 
 
 def test_a_conversation_cannot_fork_itself_or_close_a_cycle(env: dict[str, Any]) -> None:
@@ -256,7 +258,7 @@ def test_a_fork_clones_the_parent_at_its_anchor_then_the_child_continues(
     assert INTENT_KEY not in meta[parent.session_id]
     assert meta[child.session_id][FORK_CHILD_KEY] == ids.conversation_key(CHILD)
     assert child.clone_intent is None
-    assert forks.pending_fork_keys(env["context"].layout) == []
+    assert forks.pending_fork_keys(env["deployment"].layout) == []
     # The clone has the child's members with memhoncho's configs, and anchors of its own.
     user = ids.peer_id("ana@example.com")
     assert standin.peer_config(env["ws"], child.session_id, user) == {
@@ -340,7 +342,7 @@ def test_a_fork_waits_for_a_parent_still_pending_at_fork_time(
         _deliver(env, CHILD)
     assert caught.value.code == "ERR_FORK_WAITING"
     assert standin.request_count("/clone") == 0
-    assert forks.pending_fork_keys(env["context"].layout) == [ids.conversation_key(CHILD)]
+    assert forks.pending_fork_keys(env["deployment"].layout) == [ids.conversation_key(CHILD)]
     _deliver(env, PARENT)
     child = _deliver(env, CHILD)
     assert child.fork is not None and child.fork.outcome == "clone"
@@ -392,7 +394,7 @@ def test_a_fork_of_a_fork_not_yet_resolved_resolves_its_parent_first(
     assert texts(standin, env["ws"], child.session_id) == ["p-u1", "p-a2", "p-u3", "p-a4"]
     assert grandchild.fork is not None and grandchild.fork.outcome == "clone"
     assert texts(standin, env["ws"], grandchild.session_id) == ["p-u1", "p-a2", "g-u3"]
-    assert forks.pending_fork_keys(env["context"].layout) == []
+    assert forks.pending_fork_keys(env["deployment"].layout) == []
 
 
 def test_the_sweep_entry_resolves_pending_forks_and_the_summary_counts_them(
@@ -402,14 +404,14 @@ def test_the_sweep_entry_resolves_pending_forks_and_the_summary_counts_them(
     _capture(env, PARENT, *PARENT_RUNS[:1])
     env["host"].conversation_forked(PARENT, CHILD, 2)
     env["host"].conversation_forked("unknown", "other-child", 2)
-    layout = env["context"].layout
-    results = {r["conversation_key"]: r for r in forks.resolve_pending_forks(env["context"])}
+    layout = env["deployment"].layout
+    results = {r["conversation_key"]: r for r in forks.resolve_pending_forks(env["deployment"])}
     assert results[ids.conversation_key(CHILD)]["status"] == "waiting"
     assert results[ids.conversation_key("other-child")]["outcome"] == "none-unknown-parent"
     summary = forks.fork_summary(layout)
     assert summary["pending"] == 1 and summary["decisions"] == {"none-unknown-parent": 1}
     _deliver(env, PARENT)
-    results = {r["conversation_key"]: r for r in forks.resolve_pending_forks(env["context"])}
+    results = {r["conversation_key"]: r for r in forks.resolve_pending_forks(env["deployment"])}
     assert results[ids.conversation_key(CHILD)] == {
         "conversation_key": ids.conversation_key(CHILD),
         "status": "resolved",
@@ -448,7 +450,7 @@ class _Crash(BaseException):
 def test_a_resolution_cut_off_at_any_step_ends_with_exactly_one_clone(
     env: dict[str, Any], standin: HonchoStandIn, step: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memhoncho import fork_clone
+    from memhoncho.delivery import clone as fork_clone
 
     _capture(env, PARENT, *PARENT_RUNS)
     parent = _deliver(env, PARENT)
@@ -475,7 +477,7 @@ def test_a_resolution_cut_off_at_any_step_ends_with_exactly_one_clone(
     else:
         pytest.fail("the fork never resolved")
     monkeypatch.setenv("MEMHONCHO_API_KEY", "k")
-    forks.resolve_pending_forks(env["context"])  # the sweep: a record left by the crash goes
+    forks.resolve_pending_forks(env["deployment"])  # the sweep: a record left by the crash goes
     assert crashed == [step]
     key = ids.conversation_key(CHILD)
     assert len(sessions_of_child(standin, env["ws"], key)) == 1
@@ -483,6 +485,6 @@ def test_a_resolution_cut_off_at_any_step_ends_with_exactly_one_clone(
     assert texts(standin, env["ws"], child.session_id) == ["p-u1", "p-a2", "p-u3", "p-a4", "c-u5"]
     meta = {s["id"]: s["metadata"] for s in standin.sessions(env["ws"])}
     assert INTENT_KEY not in meta[parent.session_id]
-    assert forks.pending_fork_keys(env["context"].layout) == []
+    assert forks.pending_fork_keys(env["deployment"].layout) == []
     assert _ledger(env, CHILD).clone_intent is None
-    assert not clone_marker_path(env["context"].layout, ids.conversation_key(PARENT)).exists()
+    assert not clone_marker_path(env["deployment"].layout, ids.conversation_key(PARENT)).exists()

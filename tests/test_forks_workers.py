@@ -14,9 +14,10 @@ import pytest
 from fork_kill_hook import PLAN_ENV
 from forks_support import run, sessions_of_child, texts
 
-from memhoncho import forks, ids, routing
-from memhoncho.context import Context
-from memhoncho.fork_clone import FORK_CHILD_KEY, FORK_TAG_KEY, INTENT_KEY
+from memhoncho import ids, routing
+from memhoncho.delivery import forks
+from memhoncho.delivery.clone import FORK_CHILD_KEY, FORK_TAG_KEY, INTENT_KEY
+from memhoncho.deployment import Deployment
 from memhoncho.host import Host
 from memhoncho.models import Ledger
 from memhoncho.store.forks import clone_marker_path
@@ -53,9 +54,9 @@ def standin() -> Iterator[HonchoStandIn]:
 
 
 @pytest.fixture
-def context(
+def deployment(
     config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
-) -> Context:
+) -> Deployment:
     (config_dir / "settings").mkdir(parents=True, exist_ok=True)
     (config_dir / "settings" / "memhoncho.json").write_text(
         json.dumps(
@@ -69,26 +70,26 @@ def context(
         )
     )
     write_api_key(config_dir, API_KEY)
-    return Context(config_dir, data_dir)
+    return Deployment(config_dir, data_dir)
 
 
 @pytest.fixture
-def host(context: Context) -> Iterator[Host]:
-    with Host(context.config_dir, context.data_dir) as running:
+def host(deployment: Deployment) -> Iterator[Host]:
+    with Host(deployment.config_dir, deployment.data_dir) as running:
         yield running
 
 
-def _worker(context: Context, standin: HonchoStandIn, **options: Any) -> CeleryProcess:
+def _worker(deployment: Deployment, standin: HonchoStandIn, **options: Any) -> CeleryProcess:
     extra = {"PYTHONPATH": os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")])}
     extra.update(options.pop("env", {}))
     env = memhoncho_env(
-        config_dir=context.config_dir,
-        data_dir=context.data_dir,
+        config_dir=deployment.config_dir,
+        data_dir=deployment.data_dir,
         api_key=None,
         base_url=standin.url,
         extra=extra,
     )
-    queues = routing.deliver_queues(context.settings().partitions)
+    queues = routing.deliver_queues(deployment.settings().partitions)
     return CeleryProcess("worker", env, queues=queues, **options)
 
 
@@ -98,13 +99,13 @@ def _capture(host: Host, conversation_id: str, *runs: dict[str, Any]) -> None:
         assert result.status == "captured" and result.enqueued
 
 
-def _delivered(context: Context, conversation_id: str) -> Ledger | None:
+def _delivered(deployment: Deployment, conversation_id: str) -> Ledger | None:
     """The ledger once everything captured is in Honcho; None before."""
     key = ids.conversation_key(conversation_id)
-    ledger = read_ledger(context.layout, key)
+    ledger = read_ledger(deployment.layout, key)
     if ledger is None or ledger.session_id is None or ledger.in_flight:
         return None
-    return None if Outbox(context.layout).pending(key, ledger.delivered_seq) else ledger
+    return None if Outbox(deployment.layout).pending(key, ledger.delivered_seq) else ledger
 
 
 def _wait_for(
@@ -126,25 +127,27 @@ def _wait_for(
     pytest.fail(f"not delivered in {WAIT_S} s; worker log:\n{worker.log_text()[-4000:]}")
 
 
-def _wait_delivered(context: Context, worker: CeleryProcess, *conversation_ids: str) -> Ledger:
+def _wait_delivered(
+    deployment: Deployment, worker: CeleryProcess, *conversation_ids: str
+) -> Ledger:
     ledger = None
     for conversation_id in conversation_ids:
-        ledger = _wait_for(lambda c=conversation_id: _delivered(context, c), worker)
+        ledger = _wait_for(lambda c=conversation_id: _delivered(deployment, c), worker)
     assert ledger is not None
     return ledger
 
 
 def test_each_fork_rule_holds_through_a_real_worker(
-    context: Context, host: Host, standin: HonchoStandIn, workspace_id: str
+    deployment: Deployment, host: Host, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     ws = workspace_id
-    with _worker(context, standin, concurrency=2) as worker:
+    with _worker(deployment, standin, concurrency=2) as worker:
         _capture(host, PARENT, *PARENT_RUNS)
         # Input 12 arrived while answer 11 was written: Honcho holds u10, u12, a11.
         _capture(host, "wk-abi", run("q1", [(10, "u10"), (12, "u12")], (11, "a11")))
         _capture(host, "wk-long", *[run(f"w{i}", [(2 * i, f"w{i}")], None) for i in range(12)])
         _capture(host, "wk-late", run("l1", [(5, "late-u5")], None))
-        _wait_delivered(context, worker, PARENT, "wk-abi", "wk-long", "wk-late")
+        _wait_delivered(deployment, worker, PARENT, "wk-abi", "wk-long", "wk-late")
 
         host.conversation_forked(PARENT, "wk-clone", 4)
         host.conversation_forked("wk-abi", "wk-abi-kid", 11)
@@ -154,13 +157,13 @@ def test_each_fork_rule_holds_through_a_real_worker(
         for child in ("wk-clone", "wk-abi-kid", "wk-window", "wk-empty", "wk-orphan"):
             _capture(host, child, run("k1", [(50, f"{child}-own")], (51, f"{child}-answer")))
         found = {
-            c: _wait_delivered(context, worker, c)
+            c: _wait_delivered(deployment, worker, c)
             for c in ("wk-clone", "wk-abi-kid", "wk-window", "wk-empty", "wk-orphan")
         }
         # A fork of the fork, at an entry of the fork's own.
         host.conversation_forked("wk-clone", "wk-grandkid", 50)
         _capture(host, "wk-grandkid", run("g1", [(60, "g-own")], None))
-        found["wk-grandkid"] = _wait_delivered(context, worker, "wk-grandkid")
+        found["wk-grandkid"] = _wait_delivered(deployment, worker, "wk-grandkid")
 
     def outcome(child: str) -> str:
         decision = found[child].fork
@@ -186,8 +189,8 @@ def test_each_fork_rule_holds_through_a_real_worker(
     )
     # Only the three clones were made, and never of an empty session.
     assert standin.request_count("/clone") == 3
-    assert forks.pending_fork_keys(context.layout) == []
-    summary = forks.fork_summary(context.layout)
+    assert forks.pending_fork_keys(deployment.layout) == []
+    summary = forks.fork_summary(deployment.layout)
     assert summary["decisions"] == {
         "clone": 3,
         "none-window": 1,
@@ -197,28 +200,28 @@ def test_each_fork_rule_holds_through_a_real_worker(
 
 
 def test_a_fork_made_while_its_parent_is_still_pending_waits_for_it(
-    context: Context, host: Host, standin: HonchoStandIn, workspace_id: str
+    deployment: Deployment, host: Host, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     parent_sid = ids.session_id(workspace_id, PARENT)
     # The parent's sends fail until the child has been seen waiting for them.
     standin.faults.add(
         "http_503", count=None, method="POST", path_contains=f"{parent_sid}/messages"
     )
-    with _worker(context, standin, concurrency=2) as worker:
+    with _worker(deployment, standin, concurrency=2) as worker:
         _capture(host, PARENT, *PARENT_RUNS)
         host.conversation_forked(PARENT, "wk-waiting", 4)
         _capture(host, "wk-waiting", run("k1", [(7, "kid-own")], None))
-        _wait_for(lambda: _last_error_is(context, "wk-waiting", "ERR_FORK_WAITING"), worker)
+        _wait_for(lambda: _last_error_is(deployment, "wk-waiting", "ERR_FORK_WAITING"), worker)
         assert standin.request_count("/clone") == 0
         standin.faults.clear()
-        child = _wait_delivered(context, worker, "wk-waiting")
-        _wait_delivered(context, worker, PARENT)
+        child = _wait_delivered(deployment, worker, "wk-waiting")
+        _wait_delivered(deployment, worker, PARENT)
     assert child.fork is not None and child.fork.outcome == "clone"
     assert texts(standin, workspace_id, child.session_id) == PARENT_TEXTS[:4] + ["kid-own"]
 
 
-def _last_error_is(context: Context, conversation_id: str, code: str) -> Ledger | None:
-    ledger = read_ledger(context.layout, ids.conversation_key(conversation_id))
+def _last_error_is(deployment: Deployment, conversation_id: str, code: str) -> Ledger | None:
+    ledger = read_ledger(deployment.layout, ids.conversation_key(conversation_id))
     if ledger is not None and (ledger.last_error or {}).get("code") == code:
         return ledger
     return None
@@ -246,7 +249,7 @@ KILL_POINTS: list[tuple[str, dict[str, Any] | None]] = [
 
 
 def test_a_worker_killed_at_each_step_of_a_fork_leaves_one_session_per_child(
-    context: Context,
+    deployment: Deployment,
     host: Host,
     standin: HonchoStandIn,
     workspace_id: str,
@@ -256,10 +259,10 @@ def test_a_worker_killed_at_each_step_of_a_fork_leaves_one_session_per_child(
     rng = random.Random(4)
     children: dict[str, int] = {}
     with _worker(
-        context, standin, env={PLAN_ENV: str(plan)}, extra_args=["-I", "fork_kill_hook"]
+        deployment, standin, env={PLAN_ENV: str(plan)}, extra_args=["-I", "fork_kill_hook"]
     ) as worker:
         _capture(host, PARENT, *PARENT_RUNS)
-        _wait_delivered(context, worker, PARENT)
+        _wait_delivered(deployment, worker, PARENT)
         for round_number in range(KILL_ROUNDS):
             for index, (step, fault) in enumerate(KILL_POINTS):
                 child = f"wk-kid-{round_number}-{index}"
@@ -273,7 +276,7 @@ def test_a_worker_killed_at_each_step_of_a_fork_leaves_one_session_per_child(
                 # A killed task's message is requeued, but a lost hint is possible too (the
                 # broker carries hints): the sweep's re-drive covers it.
                 ledger = _wait_for(
-                    lambda c=child: _delivered(context, c),
+                    lambda c=child: _delivered(deployment, c),
                     worker,
                     redrive=lambda c=child: host.enqueue_delivery(c),
                 )
@@ -287,7 +290,9 @@ def test_a_worker_killed_at_each_step_of_a_fork_leaves_one_session_per_child(
     # Exactly one session per child and nothing else: no stray clone anywhere (a stray is
     # named by the child whose tag it carries, and its message count).
     sessions = standin.sessions(workspace_id)
-    known = {ids.session_id(workspace_id, PARENT)} | {_ledger_session(context, c) for c in children}
+    known = {ids.session_id(workspace_id, PARENT)} | {
+        _ledger_session(deployment, c) for c in children
+    }
     owner_of_tag = {
         s["metadata"].get(FORK_TAG_KEY): s["metadata"].get(FORK_CHILD_KEY) for s in sessions
     }
@@ -299,11 +304,11 @@ def test_a_worker_killed_at_each_step_of_a_fork_leaves_one_session_per_child(
     assert stray == []
     assert len(sessions) == 1 + len(children)
     assert len(children) >= 50
-    assert not clone_marker_path(context.layout, ids.conversation_key(PARENT)).exists()
-    forks.resolve_pending_forks(context)  # the sweep clears records a kill left behind
-    assert forks.pending_fork_keys(context.layout) == []
+    assert not clone_marker_path(deployment.layout, ids.conversation_key(PARENT)).exists()
+    forks.resolve_pending_forks(deployment)  # the sweep clears records a kill left behind
+    assert forks.pending_fork_keys(deployment.layout) == []
 
 
-def _ledger_session(context: Context, conversation_id: str) -> str | None:
-    ledger = read_ledger(context.layout, ids.conversation_key(conversation_id))
+def _ledger_session(deployment: Deployment, conversation_id: str) -> str | None:
+    ledger = read_ledger(deployment.layout, ids.conversation_key(conversation_id))
     return ledger.session_id if ledger else None

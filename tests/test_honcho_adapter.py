@@ -1,4 +1,4 @@
-"""memhoncho.honcho: clients, classify(), and the typed operations, over the real SDK."""
+"""memhoncho.honcho.adapter: clients, classify(), and the typed operations, over the real SDK."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import pytest
 from honcho import Honcho
 from honcho.http import exceptions as sdk
 
-from memhoncho import honcho as adapter
 from memhoncho.errors import (
     HonchoFailure,
     HonchoNoLLM,
@@ -24,8 +23,9 @@ from memhoncho.errors import (
     LockBusy,
     MemhonchoError,
 )
-from memhoncho.honcho import HonchoTarget, OutgoingMessage
-from memhoncho.honcho_retry import BACKOFF_BASE_S, BACKOFF_CAP_S, RETRY_AFTER_CAP_S
+from memhoncho.honcho import adapter
+from memhoncho.honcho.adapter import HonchoTarget, OutgoingMessage
+from memhoncho.honcho.retry import BACKOFF_BASE_S, BACKOFF_CAP_S, RETRY_AFTER_CAP_S
 from memhoncho.testing import HonchoStandIn
 
 SECRET_KEY = "sk-memhoncho-test-SECRET-9f8e7d"

@@ -491,9 +491,9 @@ def test_a_host_inherited_by_a_forked_child_still_publishes_its_hints(
     monkeypatch.setenv("MEMHONCHO_API_KEY", SECRET)
     with Host(config_dir=config_dir, data_dir=data_dir) as host:
         assert host.capture(_run("r-parent")).enqueued  # the hint pool is running now
-        context = multiprocessing.get_context("fork")
-        answers = context.Queue()
-        child = context.Process(target=_capture_in_child, args=(host, answers), daemon=True)
+        deployment = multiprocessing.get_context("fork")
+        answers = deployment.Queue()
+        child = deployment.Process(target=_capture_in_child, args=(host, answers), daemon=True)
         child.start()
         child.join(timeout=60)
         if child.exitcode is None:  # never leave a stuck child for pytest's exit to wait on
@@ -528,9 +528,9 @@ def _capture_many(config: str, data: str, worker: int, count: int) -> None:
 def test_eight_processes_capturing_concurrently_write_exactly_every_line(
     config_dir: Path, data_dir: Path
 ) -> None:
-    context = multiprocessing.get_context("fork")
+    deployment = multiprocessing.get_context("fork")
     workers = [
-        context.Process(
+        deployment.Process(
             target=_capture_many, args=(str(config_dir), str(data_dir), w, CAPTURES_PER_PROCESS)
         )
         for w in range(PROCESSES)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from memhoncho import cli, doctor, routing
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
@@ -36,7 +36,7 @@ def test_doctor_fails_a_broken_setup_and_says_what_to_do(
     _settings(
         config_dir, broker_url="redis://127.0.0.1:1/0", base_url="http://127.0.0.1:1", partitions=0
     )
-    checks = doctor.run_checks(Context(config_dir, data_dir))
+    checks = doctor.run_checks(Deployment(config_dir, data_dir))
     verdicts = _verdicts(checks)
     assert verdicts == {
         "settings": "fail",
@@ -87,34 +87,35 @@ ALL_QUEUES = [*routing.deliver_queues(8), routing.RECALL_QUEUE, routing.MAINTENA
 def test_doctor_passes_a_healthy_setup_and_counts_the_beats(
     config_dir: Path, data_dir: Path, live: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    context = Context(config_dir, data_dir)
+    deployment = Deployment(config_dir, data_dir)
     with CeleryProcess("worker", live, queues=ALL_QUEUES), CeleryProcess("beat", live):
         deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline and doctor.check_beat(context).verdict != "pass":
+        while time.monotonic() < deadline and doctor.check_beat(deployment).verdict != "pass":
             time.sleep(0.2)  # the beat's first heartbeat
         assert cli.main(["doctor", "--json"]) == 0, capsys.readouterr().out
         verdicts = {c["name"]: c["verdict"] for c in json.loads(capsys.readouterr().out)}
         assert set(verdicts.values()) == {"pass"}
         with CeleryProcess("beat", live, name="second-beat"):
             while (
-                time.monotonic() < deadline and "2 beats" not in doctor.check_beat(context).detail
+                time.monotonic() < deadline
+                and "2 beats" not in doctor.check_beat(deployment).detail
             ):
                 time.sleep(0.2)
-            assert doctor.check_beat(context).verdict == "fail"
-    assert doctor.check_workers(context, _app(context)).verdict == "fail"  # no worker now
+            assert doctor.check_beat(deployment).verdict == "fail"
+    assert doctor.check_workers(deployment, _app(deployment)).verdict == "fail"  # no worker now
 
 
-def _app(context: Context) -> Any:
+def _app(deployment: Deployment) -> Any:
     from memhoncho.celery_app import create_app
 
-    return create_app(context)
+    return create_app(deployment)
 
 
 @pytest.mark.slow
 def test_a_worker_sends_task_events_through_redis_for_flower(
     config_dir: Path, data_dir: Path, live: dict[str, str]
 ) -> None:
-    app = _app(Context(config_dir, data_dir))
+    app = _app(Deployment(config_dir, data_dir))
     seen: list[dict[str, Any]] = []
     listening = threading.Event()
 

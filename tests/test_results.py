@@ -11,9 +11,9 @@ from typing import Any
 import fakeredis
 import pytest
 
-from memhoncho import results
 from memhoncho.errors import HonchoUnavailable
-from memhoncho.results import ErrorSummary, FileResults, RedisResults, ResultsStore
+from memhoncho.results import store as results
+from memhoncho.results.store import ErrorSummary, FileResults, RedisResults, ResultsStore
 
 SECRET_TEXT = "my knee hurts sk-live-SECRET"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from memhoncho import settings
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.testing.config import write_settings
 
 SECRET = "sk-very-secret-value-0123456789"
@@ -45,14 +45,14 @@ def test_with_no_file_and_no_env_every_setting_has_its_documented_default(
 def test_a_changed_settings_file_applies_at_the_next_call_without_restart(
     config_dir: Path,
 ) -> None:
-    context = Context.from_dirs(config_dir, config_dir / "data")
-    assert context.settings().search_limit == 8
+    deployment = Deployment.from_dirs(config_dir, config_dir / "data")
+    assert deployment.settings().search_limit == 8
     write_settings(config_dir, search_limit=3)
-    assert context.settings().search_limit == 3
+    assert deployment.settings().search_limit == 3
     write_settings(config_dir, search_limit=5)
-    assert context.settings().search_limit == 5
+    assert deployment.settings().search_limit == 5
     (config_dir / settings.SETTINGS_FILE).unlink()
-    assert context.settings().search_limit == 8
+    assert deployment.settings().search_limit == 8
 
 
 def test_an_invalid_value_is_refused_by_key_name_with_a_warning_and_takes_its_default(
@@ -136,14 +136,14 @@ def test_an_unusable_stored_secret_falls_back_to_the_environment(
 
 
 def test_a_key_written_after_start_applies_at_the_next_call(config_dir: Path) -> None:
-    context = Context.from_dirs(config_dir, config_dir / "data")
-    assert context.api_key() is None
+    deployment = Deployment.from_dirs(config_dir, config_dir / "data")
+    assert deployment.api_key() is None
     _write_secret(config_dir, SECRET)
-    assert context.api_key() == SECRET
+    assert deployment.api_key() == SECRET
     _write_secret(config_dir, "rotated")
-    assert context.api_key() == "rotated"
+    assert deployment.api_key() == "rotated"
     (config_dir / settings.SECRETS_FILE).unlink()
-    assert context.api_key() is None
+    assert deployment.api_key() is None
 
 
 def test_a_corrupt_secrets_file_warns_without_showing_its_content(

@@ -11,9 +11,9 @@ import pytest
 from kombu import Connection, Exchange, Queue
 
 from memhoncho import ids
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
-from memhoncho.status import StatusReader, honcho_host, status_view
+from memhoncho.status.view import StatusReader, honcho_host, status_view
 from memhoncho.store.atomic import write_json
 from memhoncho.store.ledger import write_ledger
 from memhoncho.store.outbox import Outbox
@@ -22,14 +22,14 @@ from memhoncho.testing.config import write_api_key
 API_KEY = "sk-status-test-SECRET"
 
 
-def _context(config_dir: Path, data_dir: Path, **settings: Any) -> Context:
+def _context(config_dir: Path, data_dir: Path, **settings: Any) -> Deployment:
     (config_dir / "settings").mkdir(parents=True, exist_ok=True)
     (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(settings))
-    return Context(config_dir, data_dir)
+    return Deployment(config_dir, data_dir)
 
 
 def _append(
-    ctx: Context,
+    ctx: Deployment,
     conversation: str,
     run: str,
     *,
@@ -57,7 +57,7 @@ def _append(
     return appended.seq
 
 
-def _ledger(ctx: Context, conversation: str, **fields: Any) -> None:
+def _ledger(ctx: Deployment, conversation: str, **fields: Any) -> None:
     write_ledger(
         ctx.layout,
         ids.conversation_key(conversation),
@@ -281,7 +281,7 @@ def test_an_unreachable_broker_degrades_the_queues_and_tasks_but_not_the_view(
 
 def test_task_results_show_in_the_view(config_dir: Path, data_dir: Path, redis_url: str) -> None:
     from memhoncho.errors import HonchoUnavailable
-    from memhoncho.results import ErrorSummary, RedisResults
+    from memhoncho.results.store import ErrorSummary, RedisResults
 
     ctx = _context(config_dir, data_dir, broker_url=redis_url)
     store = RedisResults.from_url(redis_url)
@@ -313,7 +313,7 @@ def test_a_corrupt_ledger_stays_degraded_until_it_is_repaired(
 
 
 def test_a_damaged_summary_cache_is_rebuilt(config_dir: Path, data_dir: Path) -> None:
-    from memhoncho.store.summary import cache_path
+    from memhoncho.status.census import cache_path
 
     ctx = _context(config_dir, data_dir)
     _append(ctx, "c-1", "r1", owner=None, messages=2, captured_at=time.time())
@@ -337,7 +337,8 @@ def test_removed_conversations_leave_the_figures(config_dir: Path, data_dir: Pat
 
 
 def test_the_summary_file_format_has_a_column_for_every_row_field() -> None:
-    from memhoncho.store import summary, summary_file
+    from memhoncho.status import census as summary
+    from memhoncho.status import census_file as summary_file
 
     assert len(summary.INT_COLUMNS) == summary_file.INT_COLUMN_COUNT
     assert len(summary.FLOAT_COLUMNS) == summary_file.FLOAT_COLUMN_COUNT

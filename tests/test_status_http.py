@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from memhoncho import cli
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.errors import ConfigError
-from memhoncho.status_http import METRICS_PATH, STATUS_PATH, StatusServer, status_token
+from memhoncho.status.http import METRICS_PATH, STATUS_PATH, StatusServer, status_token
 
 TOKEN = "status-token-for-tests-0123456789"
 
@@ -36,7 +36,7 @@ def server(config_dir: Path, data_dir: Path) -> Iterator[StatusServer]:
     (config_dir / "secrets.json").write_text(
         json.dumps({"status-token": TOKEN, "api-key": "sk-KEY"})
     )
-    running = StatusServer(Context(config_dir, data_dir), "127.0.0.1", 0)
+    running = StatusServer(Deployment(config_dir, data_dir), "127.0.0.1", 0)
     thread = threading.Thread(
         target=running.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
     )
@@ -124,18 +124,18 @@ def test_unknown_figures_are_left_out_of_the_metrics_not_zeroed(
 
 def test_the_server_refuses_to_start_without_a_token(config_dir: Path, data_dir: Path) -> None:
     with pytest.raises(ConfigError, match="status token"):
-        StatusServer(Context(config_dir, data_dir), "127.0.0.1", 0)
+        StatusServer(Deployment(config_dir, data_dir), "127.0.0.1", 0)
 
 
 def test_the_token_comes_from_secrets_first_then_the_setting(
     config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    context = Context(config_dir, data_dir)
-    assert status_token(context) is None
+    deployment = Deployment(config_dir, data_dir)
+    assert status_token(deployment) is None
     monkeypatch.setenv("MEMHONCHO_STATUS_TOKEN", "from-env")
-    assert status_token(context) == "from-env"
+    assert status_token(deployment) == "from-env"
     (config_dir / "secrets.json").write_text(json.dumps({"status-token": {"value": "stored"}}))
-    assert status_token(context) == "stored"
+    assert status_token(deployment) == "stored"
 
 
 def test_memhoncho_status_prints_a_table_or_json(

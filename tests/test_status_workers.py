@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from memhoncho import ids, routing
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.host import Host
-from memhoncho.status import status_view
+from memhoncho.status.view import status_view
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key
@@ -90,14 +90,14 @@ def _deliver_task(view: dict[str, Any]) -> dict[str, Any]:
 def test_a_failing_honcho_shows_in_failures_and_pending_age_then_clears(
     config_dir: Path, data_dir: Path, env: dict[str, str], standin: HonchoStandIn, workspace_id: str
 ) -> None:
-    context = Context(config_dir, data_dir)
+    deployment = Deployment(config_dir, data_dir)
     standin.faults.add("http_503", count=None, path_contains="/messages", method="POST")
     with CeleryProcess("worker", env, queues=_queues()), Host(config_dir, data_dir) as host:
         assert host.capture(_run("r1")).enqueued
         assert host.capture(_run("r2")).enqueued
         failing = _wait(
             lambda: (
-                (v := status_view(context))
+                (v := status_view(deployment))
                 and _deliver_task(v).get("consecutive_failures", 0) >= 2
                 and v
             ),
@@ -110,19 +110,19 @@ def test_a_failing_honcho_shows_in_failures_and_pending_age_then_clears(
         assert failing["outbox"]["pending_messages"] == 4
         assert failing["outbox"]["oldest_pending_age_s"] > 0
         assert failing["last_delivery_at"] is None
-        later = status_view(context)
+        later = status_view(deployment)
         assert later["outbox"]["oldest_pending_age_s"] >= failing["outbox"]["oldest_pending_age_s"]
         assert KEY not in json.dumps(later) and "user text" not in json.dumps(later)
 
         standin.faults.clear()
         host.enqueue_delivery(CONVERSATION)
         healthy = _wait(
-            lambda: (v := status_view(context)) and v["outbox"]["pending_batches"] == 0 and v,
+            lambda: (v := status_view(deployment)) and v["outbox"]["pending_batches"] == 0 and v,
             "the backlog to drain",
         )
         healthy = _wait(
             lambda: (
-                (v := status_view(context))
+                (v := status_view(deployment))
                 and _deliver_task(v).get("consecutive_failures") == 0
                 and v
             ),
@@ -147,7 +147,7 @@ def test_a_worker_stopped_with_sigterm_mid_delivery_finishes_it(
         with Host(config_dir, data_dir) as host:
             assert host.capture(_run("r1")).enqueued
             _wait(
-                lambda: (ledger := read_ledger(host.context.layout, key)) and ledger.in_flight,
+                lambda: (ledger := read_ledger(host.deployment.layout, key)) and ledger.in_flight,
                 "the send to begin",
             )
         worker.stop()  # SIGTERM: warm shutdown waits for the delivery in progress
@@ -159,5 +159,5 @@ def test_a_worker_stopped_with_sigterm_mid_delivery_finishes_it(
         for m in standin.messages(workspace_id, ids.session_id(workspace_id, CONVERSATION))
     ]
     assert texts == ["user text of r1", "answer r1"]
-    ledger = read_ledger(Context(config_dir, data_dir).layout, key)
+    ledger = read_ledger(Deployment(config_dir, data_dir).layout, key)
     assert ledger is not None and ledger.in_flight == [] and ledger.messages_delivered == 2

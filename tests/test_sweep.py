@@ -11,22 +11,22 @@ from typing import Any
 import pytest
 
 from memhoncho import ids
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
-from memhoncho.replay import replay
 from memhoncho.store import peek
 from memhoncho.store.deadletters import read_dead
 from memhoncho.store.ledger import write_ledger
 from memhoncho.store.locks import file_lock
 from memhoncho.store.outbox import Outbox, encode_line
-from memhoncho.sweep import sweep
+from memhoncho.upkeep.replay import replay
+from memhoncho.upkeep.sweep import sweep
 
 DAY_S = 86_400.0
 
 
 @pytest.fixture
-def context(config_dir: Path, data_dir: Path) -> Context:
-    return Context(config_dir, data_dir)
+def deployment(config_dir: Path, data_dir: Path) -> Deployment:
+    return Deployment(config_dir, data_dir)
 
 
 def _record(conversation: str, n: int, captured_at: float | None = None) -> dict[str, Any]:
@@ -45,13 +45,13 @@ def _record(conversation: str, n: int, captured_at: float | None = None) -> dict
 
 
 def _capture(
-    context: Context,
+    deployment: Deployment,
     conversation: str,
     count: int,
     captured_at: float | None = None,
     start: int = 0,
 ) -> list[int]:
-    outbox = Outbox(context.layout)
+    outbox = Outbox(deployment.layout)
     key = ids.conversation_key(conversation)
     seqs = []
     for n in range(count):
@@ -67,10 +67,10 @@ def _capture(
     return seqs
 
 
-def _deliver_up_to(context: Context, conversation: str, seq: int, **extra: Any) -> None:
+def _deliver_up_to(deployment: Deployment, conversation: str, seq: int, **extra: Any) -> None:
     key = ids.conversation_key(conversation)
     write_ledger(
-        context.layout,
+        deployment.layout,
         key,
         Ledger(
             conversation_id=conversation,
@@ -83,9 +83,9 @@ def _deliver_up_to(context: Context, conversation: str, seq: int, **extra: Any) 
     )
 
 
-def _outbox_seqs(context: Context, conversation: str) -> list[int]:
+def _outbox_seqs(deployment: Deployment, conversation: str) -> list[int]:
     return [
-        r["seq"] for r in Outbox(context.layout).read(ids.conversation_key(conversation)).records
+        r["seq"] for r in Outbox(deployment.layout).read(ids.conversation_key(conversation)).records
     ]
 
 
@@ -99,44 +99,48 @@ class Recorder:
         return self.answer
 
 
-def test_a_pending_conversation_is_enqueued_and_a_delivered_one_is_not(context: Context) -> None:
-    _capture(context, "c.pending", 3)
-    done = _capture(context, "c.done", 2)
-    _deliver_up_to(context, "c.done", done[-1])
+def test_a_pending_conversation_is_enqueued_and_a_delivered_one_is_not(
+    deployment: Deployment,
+) -> None:
+    _capture(deployment, "c.pending", 3)
+    done = _capture(deployment, "c.done", 2)
+    _deliver_up_to(deployment, "c.done", done[-1])
     enqueue = Recorder()
-    report = sweep(context, enqueue)
+    report = sweep(deployment, enqueue)
     assert enqueue.calls == ["c.pending"]
     assert report.pending == 1 and report.enqueued == 1
     assert report.dropped_delivered == 2
-    assert _outbox_seqs(context, "c.done") == []
-    assert _outbox_seqs(context, "c.pending") != []
+    assert _outbox_seqs(deployment, "c.done") == []
+    assert _outbox_seqs(deployment, "c.pending") != []
 
 
-def test_compaction_keeps_every_pending_record_and_drops_the_delivered(context: Context) -> None:
-    seqs = _capture(context, "c1", 10)
-    _deliver_up_to(context, "c1", seqs[6])
-    report = sweep(context, Recorder())
-    assert _outbox_seqs(context, "c1") == seqs[7:]
+def test_compaction_keeps_every_pending_record_and_drops_the_delivered(
+    deployment: Deployment,
+) -> None:
+    seqs = _capture(deployment, "c1", 10)
+    _deliver_up_to(deployment, "c1", seqs[6])
+    report = sweep(deployment, Recorder())
+    assert _outbox_seqs(deployment, "c1") == seqs[7:]
     assert report.dropped_delivered == 7 and report.dead_lettered == 0
     # new captures after a full compaction still get larger seqs (the mark line)
-    _deliver_up_to(context, "c1", seqs[-1])
-    sweep(context, Recorder())
-    assert _outbox_seqs(context, "c1") == []
-    later = _capture(context, "c1", 1, start=10)
+    _deliver_up_to(deployment, "c1", seqs[-1])
+    sweep(deployment, Recorder())
+    assert _outbox_seqs(deployment, "c1") == []
+    later = _capture(deployment, "c1", 1, start=10)
     assert later[0] > seqs[-1]
 
 
 def test_records_past_retention_move_to_dead_letters_with_a_warning_each(
-    context: Context, caplog: pytest.LogCaptureFixture
+    deployment: Deployment, caplog: pytest.LogCaptureFixture
 ) -> None:
     old = time.time() - 31 * DAY_S
-    old_seqs = _capture(context, "c.old", 3, captured_at=old)
-    fresh = _capture(context, "c.old", 1, start=3)
-    caplog.set_level(logging.WARNING, logger="memhoncho.sweep")
-    report = sweep(context, Recorder())
+    old_seqs = _capture(deployment, "c.old", 3, captured_at=old)
+    fresh = _capture(deployment, "c.old", 1, start=3)
+    caplog.set_level(logging.WARNING, logger="memhoncho.upkeep.sweep")
+    report = sweep(deployment, Recorder())
     assert report.dead_lettered == 3
-    assert _outbox_seqs(context, "c.old") == fresh
-    dead = read_dead(context.layout, ids.conversation_key("c.old"))
+    assert _outbox_seqs(deployment, "c.old") == fresh
+    dead = read_dead(deployment.layout, ids.conversation_key("c.old"))
     assert [r["seq"] for r in dead] == old_seqs
     assert all(r["dead_reason"] == "retention" for r in dead)
     warnings = [r for r in caplog.records if getattr(r, "action", "") == "dead_lettered"]
@@ -144,92 +148,92 @@ def test_records_past_retention_move_to_dead_letters_with_a_warning_each(
     assert all("t0" not in r.getMessage() for r in warnings)  # no content in logs
 
 
-def test_an_in_flight_record_is_never_dead_lettered(context: Context) -> None:
+def test_an_in_flight_record_is_never_dead_lettered(deployment: Deployment) -> None:
     old = time.time() - 40 * DAY_S
-    seqs = _capture(context, "c.flight", 2, captured_at=old)
+    seqs = _capture(deployment, "c.flight", 2, captured_at=old)
     batch = f"bc.flight{0:06d}"
-    _deliver_up_to(context, "c.flight", 0, in_flight=[f"{batch}-0"])
-    report = sweep(context, Recorder())
+    _deliver_up_to(deployment, "c.flight", 0, in_flight=[f"{batch}-0"])
+    report = sweep(deployment, Recorder())
     assert report.dead_lettered == 1
-    assert _outbox_seqs(context, "c.flight") == seqs[:1]
+    assert _outbox_seqs(deployment, "c.flight") == seqs[:1]
 
 
-def test_retention_waits_while_a_delivery_holds_the_conversation(context: Context) -> None:
+def test_retention_waits_while_a_delivery_holds_the_conversation(deployment: Deployment) -> None:
     old = time.time() - 40 * DAY_S
-    seqs = _capture(context, "c.busy", 2, captured_at=old)
+    seqs = _capture(deployment, "c.busy", 2, captured_at=old)
     key = ids.conversation_key("c.busy")
-    with file_lock(context.layout.conversation_lock(key)):
-        report = sweep(context, Recorder())
+    with file_lock(deployment.layout.conversation_lock(key)):
+        report = sweep(deployment, Recorder())
     assert report.dead_lettered == 0
     assert report.conversations[0].retention_skipped
-    assert _outbox_seqs(context, "c.busy") == seqs
-    assert sweep(context, Recorder()).dead_lettered == 2
+    assert _outbox_seqs(deployment, "c.busy") == seqs
+    assert sweep(deployment, Recorder()).dead_lettered == 2
 
 
 def test_replay_brings_dead_letters_back_once_and_the_next_sweep_keeps_them(
-    context: Context,
+    deployment: Deployment,
 ) -> None:
     old = time.time() - 31 * DAY_S
-    _capture(context, "c.r", 2, captured_at=old)
-    sweep(context, Recorder())
+    _capture(deployment, "c.r", 2, captured_at=old)
+    sweep(deployment, Recorder())
     key = ids.conversation_key("c.r")
     enqueue = Recorder()
-    first = replay(context, enqueue=enqueue)
+    first = replay(deployment, enqueue=enqueue)
     assert (first.replayed, first.left) == (2, 0)
     assert enqueue.calls == ["c.r"]
-    assert not context.layout.dead(key).exists()
-    records = Outbox(context.layout).read(key).records
+    assert not deployment.layout.dead(key).exists()
+    records = Outbox(deployment.layout).read(key).records
     assert [r["batch_id"] for r in records] == ["bc.r000000", "bc.r000001"]
     assert all("replayed_at" in r and "dead_at" not in r for r in records)
-    again = replay(context, "c.r")
+    again = replay(deployment, "c.r")
     assert again.replayed == 0
-    report = sweep(context, Recorder())
+    report = sweep(deployment, Recorder())
     assert report.dead_lettered == 0 and report.pending == 1
 
 
 def test_replay_after_a_crash_between_append_and_removal_appends_nothing_twice(
-    context: Context,
+    deployment: Deployment,
 ) -> None:
     old = time.time() - 31 * DAY_S
-    _capture(context, "c.crash", 2, captured_at=old)
-    sweep(context, Recorder())
+    _capture(deployment, "c.crash", 2, captured_at=old)
+    sweep(deployment, Recorder())
     key = ids.conversation_key("c.crash")
-    dead_bytes = context.layout.dead(key).read_bytes()
-    replay(context, "c.crash")
-    context.layout.dead(key).write_bytes(dead_bytes)  # as if the removal never happened
-    second = replay(context, "c.crash")
+    dead_bytes = deployment.layout.dead(key).read_bytes()
+    replay(deployment, "c.crash")
+    deployment.layout.dead(key).write_bytes(dead_bytes)  # as if the removal never happened
+    second = replay(deployment, "c.crash")
     assert (second.replayed, second.already_present, second.left) == (0, 2, 0)
-    assert len(Outbox(context.layout).read(key).records) == 2
+    assert len(Outbox(deployment.layout).read(key).records) == 2
 
 
-def test_torn_and_corrupt_lines_are_quarantined_and_good_ones_kept(context: Context) -> None:
-    seqs = _capture(context, "c.bad", 3)
+def test_torn_and_corrupt_lines_are_quarantined_and_good_ones_kept(deployment: Deployment) -> None:
+    seqs = _capture(deployment, "c.bad", 3)
     key = ids.conversation_key("c.bad")
-    path = context.layout.outbox(key)
+    path = deployment.layout.outbox(key)
     lines = path.read_bytes().splitlines(keepends=True)
     lines[1] = lines[1][:20] + b"X" + lines[1][21:]
     path.write_bytes(b"".join(lines) + b'0000 {"torn')
-    report = sweep(context, Recorder())
+    report = sweep(deployment, Recorder())
     assert report.quarantined == 2
-    assert _outbox_seqs(context, "c.bad") == [seqs[0], seqs[2]]
-    quarantine = context.layout.quarantine(key).read_text().splitlines()
+    assert _outbox_seqs(deployment, "c.bad") == [seqs[0], seqs[2]]
+    quarantine = deployment.layout.quarantine(key).read_text().splitlines()
     assert {json.loads(q)["reason"] for q in quarantine} == {"corrupt", "torn"}
 
 
 def test_a_failing_enqueue_is_recorded_per_conversation_and_the_sweep_goes_on(
-    context: Context,
+    deployment: Deployment,
 ) -> None:
-    _capture(context, "c.a", 1)
-    _capture(context, "c.b", 1)
-    done = _capture(context, "c.c", 1)
-    _deliver_up_to(context, "c.c", done[-1])
+    _capture(deployment, "c.a", 1)
+    _capture(deployment, "c.b", 1)
+    done = _capture(deployment, "c.c", 1)
+    _deliver_up_to(deployment, "c.c", done[-1])
 
     def enqueue(conversation_id: str) -> bool:
         if conversation_id == "c.a":
             raise ConnectionError("broker down")
         return False
 
-    report = sweep(context, enqueue)
+    report = sweep(deployment, enqueue)
     assert [(f.stage, f.conversation_id) for f in report.failures] == [
         ("enqueue", "c.a"),
         ("enqueue", "c.b"),
@@ -237,32 +241,32 @@ def test_a_failing_enqueue_is_recorded_per_conversation_and_the_sweep_goes_on(
     assert report.dropped_delivered == 1
 
 
-def test_a_corrupt_ledger_is_a_failure_and_its_outbox_is_left_whole(context: Context) -> None:
-    seqs = _capture(context, "c.l", 2)
-    context.layout.ledger(ids.conversation_key("c.l")).parent.mkdir(parents=True, exist_ok=True)
-    context.layout.ledger(ids.conversation_key("c.l")).write_text("{not json")
+def test_a_corrupt_ledger_is_a_failure_and_its_outbox_is_left_whole(deployment: Deployment) -> None:
+    seqs = _capture(deployment, "c.l", 2)
+    deployment.layout.ledger(ids.conversation_key("c.l")).parent.mkdir(parents=True, exist_ok=True)
+    deployment.layout.ledger(ids.conversation_key("c.l")).write_text("{not json")
     enqueue = Recorder()
-    report = sweep(context, enqueue)
+    report = sweep(deployment, enqueue)
     assert [f.code for f in report.failures] == ["ERR_CORRUPT_FILE"]
     assert enqueue.calls == ["c.l"]
-    assert _outbox_seqs(context, "c.l") == seqs
+    assert _outbox_seqs(deployment, "c.l") == seqs
 
 
 def test_a_sweep_with_nothing_pending_reads_no_outbox(
-    context: Context, monkeypatch: pytest.MonkeyPatch
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for n in range(5):
-        seqs = _capture(context, f"c{n}", 2)
-        _deliver_up_to(context, f"c{n}", seqs[-1])
-    sweep(context, Recorder())  # compacts
-    second = sweep(context, Recorder())  # looks, finds every one clean
+        seqs = _capture(deployment, f"c{n}", 2)
+        _deliver_up_to(deployment, f"c{n}", seqs[-1])
+    sweep(deployment, Recorder())  # compacts
+    second = sweep(deployment, Recorder())  # looks, finds every one clean
     assert second.clean == 5
     looked: list[Path] = []
     monkeypatch.setattr(peek, "edges", lambda path: looked.append(path))
-    third = sweep(context, Recorder())
+    third = sweep(deployment, Recorder())
     assert third.unchanged == 5 and looked == []
-    _capture(context, "c3", 1, start=2)
-    fourth = sweep(context, Recorder())
+    _capture(deployment, "c3", 1, start=2)
+    fourth = sweep(deployment, Recorder())
     assert fourth.unchanged == 4 and fourth.pending == 1
 
 
@@ -285,40 +289,43 @@ def test_the_edges_of_an_outbox_are_its_first_and_last_records(tmp_path: Path) -
     assert peek.edges(tmp_path / "absent.jsonl") == peek.Edges(None, None, 0)
 
 
-def test_pending_records_before_a_trailing_mark_are_still_pending(context: Context) -> None:
+def test_pending_records_before_a_trailing_mark_are_still_pending(deployment: Deployment) -> None:
     old = time.time() - 40 * DAY_S
-    _capture(context, "c.m", 2, captured_at=old)
-    _deliver_up_to(context, "c.m", 0, in_flight=["bc.m000000-0"])
-    first = sweep(context, Recorder())  # the newest dies, the in-flight one stays: a mark follows
+    _capture(deployment, "c.m", 2, captured_at=old)
+    _deliver_up_to(deployment, "c.m", 0, in_flight=["bc.m000000-0"])
+    first = sweep(
+        deployment, Recorder()
+    )  # the newest dies, the in-flight one stays: a mark follows
     assert first.dead_lettered == 1
-    lines = context.layout.outbox(ids.conversation_key("c.m")).read_bytes().splitlines()
+    lines = deployment.layout.outbox(ids.conversation_key("c.m")).read_bytes().splitlines()
     assert b'"mark":true' in lines[-1]
     enqueue = Recorder()
-    second = sweep(context, enqueue)
+    second = sweep(deployment, enqueue)
     assert enqueue.calls == ["c.m"] and second.pending == 1
 
 
-def test_a_partly_delivered_record_is_never_dead_lettered(context: Context) -> None:
+def test_a_partly_delivered_record_is_never_dead_lettered(deployment: Deployment) -> None:
     old = time.time() - 40 * DAY_S
-    seqs = _capture(context, "c.part", 2, captured_at=old)
-    _deliver_up_to(context, "c.part", 0, delivered_partial=["bc.part000000-0"])
-    assert sweep(context, Recorder()).dead_lettered == 1
-    assert _outbox_seqs(context, "c.part") == seqs[:1]
+    seqs = _capture(deployment, "c.part", 2, captured_at=old)
+    _deliver_up_to(deployment, "c.part", 0, delivered_partial=["bc.part000000-0"])
+    assert sweep(deployment, Recorder()).dead_lettered == 1
+    assert _outbox_seqs(deployment, "c.part") == seqs[:1]
 
 
 def test_a_failed_fork_resolution_is_a_failure_and_the_sweep_goes_on(
-    context: Context, monkeypatch: pytest.MonkeyPatch
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sys
-    import types
+    from memhoncho.delivery import forks
 
-    fake = types.ModuleType("memhoncho.forks")
-    fake.resolve_pending_forks = lambda ctx: [  # type: ignore[attr-defined]
-        {"conversation_key": "child", "status": "failed", "code": "ERR_HONCHO_UNAVAILABLE"}
-    ]
-    monkeypatch.setitem(sys.modules, "memhoncho.forks", fake)
-    _capture(context, "c.f", 1)
+    monkeypatch.setattr(
+        forks,
+        "resolve_pending_forks",
+        lambda deployment: [
+            {"conversation_key": "child", "status": "failed", "code": "ERR_HONCHO_UNAVAILABLE"}
+        ],
+    )
+    _capture(deployment, "c.f", 1)
     enqueue = Recorder()
-    report = sweep(context, enqueue)
+    report = sweep(deployment, enqueue)
     assert [(f.stage, f.code) for f in report.failures] == [("forks", "ERR_HONCHO_UNAVAILABLE")]
     assert enqueue.calls == ["c.f"]

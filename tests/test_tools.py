@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from jsonschema.validators import Draft202012Validator
 
-from memhoncho import ids, tools
-from memhoncho.context import Context
+from memhoncho import ids
+from memhoncho.deployment import Deployment
 from memhoncho.errors import (
     HonchoNoLLM,
     HonchoRateLimited,
@@ -22,6 +22,7 @@ from memhoncho.errors import (
     MissingApiKey,
 )
 from memhoncho.host import Host
+from memhoncho.recall import tools
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.seed import seed_conversation
@@ -49,8 +50,8 @@ def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dic
 
 
 @pytest.fixture
-def context(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Context:
-    return Context(config_dir, data_dir)
+def deployment(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Deployment:
+    return Deployment(config_dir, data_dir)
 
 
 @pytest.fixture
@@ -69,46 +70,48 @@ def assert_names_memhoncho_not_the_key(exc: MemhonchoError) -> None:
 
 
 def test_search_returns_only_the_calling_users_words_even_when_others_said_the_same(
-    context: Context,
+    deployment: Deployment,
 ) -> None:
-    seed_conversation(context, "ana-run", ANA, ["my marathon knee hurts"], ["marathon knee: rest"])
-    seed_conversation(context, "bob-run", BOB, ["bob's marathon knee is fine"])
+    seed_conversation(
+        deployment, "ana-run", ANA, ["my marathon knee hurts"], ["marathon knee: rest"]
+    )
+    seed_conversation(deployment, "bob-run", BOB, ["bob's marathon knee is fine"])
 
-    found = tools.honcho_search(context, ANA, {"query": "marathon knee"})
+    found = tools.honcho_search(deployment, ANA, {"query": "marathon knee"})
 
     assert [r["text"] for r in found["results"]] == ["my marathon knee hurts"]
     assert found["results"][0]["conversation_id"] == "ana-run"
     assert found["results"][0]["created_at"]
     assert found["count"] == 1
-    bob = tools.honcho_search(context, BOB, {"query": "marathon knee"})
+    bob = tools.honcho_search(deployment, BOB, {"query": "marathon knee"})
     assert [r["text"] for r in bob["results"]] == ["bob's marathon knee is fine"]
     json.dumps(found)  # plain JSON
 
 
-def test_search_finds_the_users_words_across_every_conversation(context: Context) -> None:
-    seed_conversation(context, "run-1", ANA, ["training for a marathon"])
-    seed_conversation(context, "run-2", ANA, ["the marathon is in April"])
+def test_search_finds_the_users_words_across_every_conversation(deployment: Deployment) -> None:
+    seed_conversation(deployment, "run-1", ANA, ["training for a marathon"])
+    seed_conversation(deployment, "run-2", ANA, ["the marathon is in April"])
 
-    found = tools.honcho_search(context, ANA, {"query": "marathon"})
+    found = tools.honcho_search(deployment, ANA, {"query": "marathon"})
 
     assert {r["conversation_id"] for r in found["results"]} == {"run-1", "run-2"}
 
 
-def test_search_names_a_forked_conversation_through_its_ledger(context: Context) -> None:
-    seed_conversation(context, "child.conv", ANA, ["fork words"], session_id="clone_random_id")
+def test_search_names_a_forked_conversation_through_its_ledger(deployment: Deployment) -> None:
+    seed_conversation(deployment, "child.conv", ANA, ["fork words"], session_id="clone_random_id")
 
-    found = tools.honcho_search(context, ANA, {"query": "fork"})
+    found = tools.honcho_search(deployment, ANA, {"query": "fork"})
 
     assert found["results"][0]["conversation_id"] == "child.conv"
 
 
 def test_search_trims_each_result_and_returns_at_most_the_search_limit(
-    context: Context, config_dir: Path, settings: dict[str, Any]
+    deployment: Deployment, config_dir: Path, settings: dict[str, Any]
 ) -> None:
     write_settings(config_dir, **settings, search_limit=2, tool_preview_length=20)
-    seed_conversation(context, "long", ANA, [f"needle {i} " + "x" * 100 for i in range(4)])
+    seed_conversation(deployment, "long", ANA, [f"needle {i} " + "x" * 100 for i in range(4)])
 
-    found = tools.honcho_search(context, ANA, {"query": "needle"})
+    found = tools.honcho_search(deployment, ANA, {"query": "needle"})
 
     assert found["count"] == 2
     for result in found["results"]:
@@ -118,21 +121,21 @@ def test_search_trims_each_result_and_returns_at_most_the_search_limit(
 
 
 def test_search_by_a_user_honcho_has_never_seen_finds_nothing(
-    context: Context, standin: HonchoStandIn, monkeypatch: pytest.MonkeyPatch
+    deployment: Deployment, standin: HonchoStandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert tools.honcho_search(context, "newcomer", {"query": "anything"})["count"] == 0
+    assert tools.honcho_search(deployment, "newcomer", {"query": "anything"})["count"] == 0
 
     def unknown_peer(*args: Any, **kwargs: Any) -> Any:
         raise ApiError(404, "Peer not found")  # what a stricter server may answer
 
     monkeypatch.setattr(standin._store, "search", unknown_peer)
-    assert tools.honcho_search(context, "newcomer", {"query": "anything"})["count"] == 0
+    assert tools.honcho_search(deployment, "newcomer", {"query": "anything"})["count"] == 0
 
 
-def test_search_for_an_ownerless_conversation_uses_the_default_user(context: Context) -> None:
-    seed_conversation(context, "nobody", None, ["ownerless words"])
+def test_search_for_an_ownerless_conversation_uses_the_default_user(deployment: Deployment) -> None:
+    seed_conversation(deployment, "nobody", None, ["ownerless words"])
 
-    found = tools.honcho_search(context, None, {"query": "ownerless"})
+    found = tools.honcho_search(deployment, None, {"query": "ownerless"})
 
     assert [r["text"] for r in found["results"]] == ["ownerless words"]
 
@@ -140,12 +143,12 @@ def test_search_for_an_ownerless_conversation_uses_the_default_user(context: Con
 # --------------------------------------------------------------------------------- chat
 
 
-def test_chat_answers_from_the_agents_view_of_the_calling_user_only(context: Context) -> None:
-    tools.honcho_remember(context, ANA, {"content": "Ana runs marathons."})
-    tools.honcho_remember(context, BOB, {"content": "Bob keeps bees."})
+def test_chat_answers_from_the_agents_view_of_the_calling_user_only(deployment: Deployment) -> None:
+    tools.honcho_remember(deployment, ANA, {"content": "Ana runs marathons."})
+    tools.honcho_remember(deployment, BOB, {"content": "Bob keeps bees."})
 
     answer = tools.honcho_chat(
-        context, ANA, {"query": "What does the user do?", "reasoning_level": "low"}
+        deployment, ANA, {"query": "What does the user do?", "reasoning_level": "low"}
     )
 
     assert "Ana runs marathons." in answer["answer"]
@@ -154,29 +157,29 @@ def test_chat_answers_from_the_agents_view_of_the_calling_user_only(context: Con
 
 
 @pytest.mark.parametrize("level", ["minimal", "low", "medium", "high", "max"])
-def test_chat_accepts_each_of_honchos_reasoning_levels(context: Context, level: str) -> None:
-    assert tools.honcho_chat(context, ANA, {"query": "hi", "reasoning_level": level})["answer"]
+def test_chat_accepts_each_of_honchos_reasoning_levels(deployment: Deployment, level: str) -> None:
+    assert tools.honcho_chat(deployment, ANA, {"query": "hi", "reasoning_level": level})["answer"]
 
 
 def test_chat_on_a_server_without_an_llm_is_a_typed_error(
-    context: Context, standin: HonchoStandIn
+    deployment: Deployment, standin: HonchoStandIn
 ) -> None:
     standin.llm = False
 
     with pytest.raises(HonchoNoLLM) as caught:
-        tools.call_tool(context, tools.CHAT, {"query": "anything?"}, ANA)
+        tools.call_tool(deployment, tools.CHAT, {"query": "anything?"}, ANA)
 
     assert_names_memhoncho_not_the_key(caught.value)
 
 
 def test_chat_with_an_empty_answer_is_a_typed_error(
-    context: Context, standin: HonchoStandIn, monkeypatch: pytest.MonkeyPatch
+    deployment: Deployment, standin: HonchoStandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # What a streaming chat gives on a server without an LLM: 200 and nothing in it.
     monkeypatch.setattr(standin._store, "chat_answer", lambda *args: "")
 
     with pytest.raises(HonchoNoLLM) as caught:
-        tools.call_tool(context, tools.CHAT, {"query": "anything?"}, ANA)
+        tools.call_tool(deployment, tools.CHAT, {"query": "anything?"}, ANA)
 
     assert_names_memhoncho_not_the_key(caught.value)
 
@@ -185,9 +188,9 @@ def test_chat_with_an_empty_answer_is_a_typed_error(
 
 
 def test_remember_without_a_conversation_is_user_level(
-    context: Context, standin: HonchoStandIn, workspace_id: str
+    deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
-    result = tools.honcho_remember(context, ANA, {"content": "Ana prefers mornings."})
+    result = tools.honcho_remember(deployment, ANA, {"content": "Ana prefers mornings."})
 
     assert result["scope"] == "user"
     assert result["conversation_id"] is None
@@ -199,12 +202,12 @@ def test_remember_without_a_conversation_is_user_level(
 
 
 def test_remember_with_a_conversation_is_stamped_with_its_session(
-    context: Context, standin: HonchoStandIn, workspace_id: str
+    deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
-    session_id = seed_conversation(context, "ana-run", ANA, ["hello"])
+    session_id = seed_conversation(deployment, "ana-run", ANA, ["hello"])
 
     result = tools.honcho_remember(
-        context, ANA, {"content": "Ana's knee hurts.", "conversation_id": "ana-run"}
+        deployment, ANA, {"content": "Ana's knee hurts.", "conversation_id": "ana-run"}
     )
 
     assert result["scope"] == "conversation"
@@ -214,11 +217,11 @@ def test_remember_with_a_conversation_is_stamped_with_its_session(
 
 
 def test_remember_in_a_forked_conversation_uses_the_session_its_ledger_names(
-    context: Context, standin: HonchoStandIn, workspace_id: str
+    deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
-    seed_conversation(context, "child", ANA, ["hello"], session_id="clone_abc")
+    seed_conversation(deployment, "child", ANA, ["hello"], session_id="clone_abc")
 
-    result = tools.honcho_remember(context, ANA, {"content": "x", "conversation_id": "child"})
+    result = tools.honcho_remember(deployment, ANA, {"content": "x", "conversation_id": "child"})
 
     assert result["scope"] == "conversation"
     assert standin.conclusions(workspace_id)[0]["session_id"] == "clone_abc"
@@ -226,12 +229,12 @@ def test_remember_in_a_forked_conversation_uses_the_session_its_ledger_names(
 
 @pytest.mark.parametrize("conversation", ["bob-run", "never-seen"])
 def test_remember_with_someone_elses_or_an_unknown_conversation_stays_user_level(
-    context: Context, standin: HonchoStandIn, workspace_id: str, conversation: str
+    deployment: Deployment, standin: HonchoStandIn, workspace_id: str, conversation: str
 ) -> None:
-    seed_conversation(context, "bob-run", BOB, ["bob's words"])
+    seed_conversation(deployment, "bob-run", BOB, ["bob's words"])
 
     result = tools.honcho_remember(
-        context, ANA, {"content": "Ana likes tea.", "conversation_id": conversation}
+        deployment, ANA, {"content": "Ana likes tea.", "conversation_id": conversation}
     )
 
     assert result["scope"] == "user"
@@ -244,12 +247,12 @@ def test_remember_with_someone_elses_or_an_unknown_conversation_stays_user_level
 
 
 def test_remember_on_a_server_without_embeddings_is_a_typed_error(
-    context: Context, standin: HonchoStandIn
+    deployment: Deployment, standin: HonchoStandIn
 ) -> None:
     standin.embeddings = False
 
     with pytest.raises(HonchoNoLLM) as caught:
-        tools.call_tool(context, tools.REMEMBER, {"content": "x"}, ANA)
+        tools.call_tool(deployment, tools.REMEMBER, {"content": "x"}, ANA)
 
     assert_names_memhoncho_not_the_key(caught.value)
 
@@ -278,13 +281,13 @@ BAD_CALLS: list[tuple[str, str, Any, str]] = [
     ("name", "arguments", "says"), [c[1:] for c in BAD_CALLS], ids=[c[0] for c in BAD_CALLS]
 )
 def test_a_bad_call_is_refused_clearly_and_sends_nothing(
-    context: Context, standin: HonchoStandIn, name: str, arguments: Any, says: str
+    deployment: Deployment, standin: HonchoStandIn, name: str, arguments: Any, says: str
 ) -> None:
-    seed_conversation(context, "x", ANA, [])
+    seed_conversation(deployment, "x", ANA, [])
     before = standin.request_count()
 
     with pytest.raises(InvalidToolCall) as caught:
-        tools.call_tool(context, name, arguments, ANA)
+        tools.call_tool(deployment, name, arguments, ANA)
 
     assert caught.value.code == "ERR_TOOL_ARGUMENTS"
     assert caught.value.message.startswith("memhoncho")
@@ -292,19 +295,19 @@ def test_a_bad_call_is_refused_clearly_and_sends_nothing(
     assert standin.request_count() == before
 
 
-def test_a_refusal_never_echoes_the_arguments_content(context: Context) -> None:
+def test_a_refusal_never_echoes_the_arguments_content(deployment: Deployment) -> None:
     secret = "my PIN is 4321"
     with pytest.raises(InvalidToolCall) as caught:
-        tools.call_tool(context, tools.SEARCH, {"query": secret, secret: 1, "n": 2}, ANA)
+        tools.call_tool(deployment, tools.SEARCH, {"query": secret, secret: 1, "n": 2}, ANA)
 
     assert secret not in json.dumps(tools.error_payload(caught.value))
     assert "n is not an argument" in caught.value.message
 
 
-def test_arguments_may_come_as_the_json_string_a_model_api_sends(context: Context) -> None:
-    seed_conversation(context, "run", ANA, ["json words"])
+def test_arguments_may_come_as_the_json_string_a_model_api_sends(deployment: Deployment) -> None:
+    seed_conversation(deployment, "run", ANA, ["json words"])
 
-    found = tools.call_tool(context, tools.SEARCH, '{"query": "json"}', ANA)
+    found = tools.call_tool(deployment, tools.SEARCH, '{"query": "json"}', ANA)
 
     assert found["count"] == 1
 
@@ -324,7 +327,7 @@ ALL_CALLS = [
     [("http_503", HonchoUnavailable), ("http_500", HonchoUnavailable)],
 )
 def test_a_server_error_is_a_typed_error_naming_memhoncho(
-    context: Context,
+    deployment: Deployment,
     standin: HonchoStandIn,
     name: str,
     arguments: dict[str, Any],
@@ -335,7 +338,7 @@ def test_a_server_error_is_a_typed_error_naming_memhoncho(
     standin.faults.add(fault, count=None, path_contains="/conclusions")
 
     with pytest.raises(MemhonchoError) as caught:
-        tools.call_tool(context, name, arguments, ANA)
+        tools.call_tool(deployment, name, arguments, ANA)
 
     # A 500 from chat is what a server without an LLM answers; elsewhere it is a server error.
     expected = HonchoNoLLM if (name, fault) == (tools.CHAT, "http_500") else error
@@ -345,12 +348,12 @@ def test_a_server_error_is_a_typed_error_naming_memhoncho(
 
 @pytest.mark.parametrize(("name", "arguments"), ALL_CALLS, ids=[c[0] for c in ALL_CALLS])
 def test_a_rate_limit_is_a_typed_error_with_its_retry_after(
-    context: Context, standin: HonchoStandIn, name: str, arguments: dict[str, Any]
+    deployment: Deployment, standin: HonchoStandIn, name: str, arguments: dict[str, Any]
 ) -> None:
     standin.faults.add("http_429", count=None, retry_after_s=3)
 
     with pytest.raises(HonchoRateLimited) as caught:
-        tools.call_tool(context, name, arguments, ANA)
+        tools.call_tool(deployment, name, arguments, ANA)
 
     assert caught.value.retry_after_s == 3
     assert tools.error_payload(caught.value)["retry_after_s"] == 3
@@ -359,7 +362,7 @@ def test_a_rate_limit_is_a_typed_error_with_its_retry_after(
 
 @pytest.mark.parametrize(("name", "arguments"), ALL_CALLS, ids=[c[0] for c in ALL_CALLS])
 def test_a_slow_honcho_is_a_typed_timeout_after_the_settings_timeout(
-    context: Context,
+    deployment: Deployment,
     standin: HonchoStandIn,
     config_dir: Path,
     settings: dict[str, Any],
@@ -374,28 +377,30 @@ def test_a_slow_honcho_is_a_typed_timeout_after_the_settings_timeout(
         standin.faults.add("timeout_before_commit", path_contains=path, sleep_s=FAULT_SLEEP_S)
 
     with pytest.raises(HonchoTimeout) as caught:
-        tools.call_tool(context, name, arguments, ANA)
+        tools.call_tool(deployment, name, arguments, ANA)
 
     assert_names_memhoncho_not_the_key(caught.value)
 
 
 @pytest.mark.parametrize(("name", "arguments"), ALL_CALLS, ids=[c[0] for c in ALL_CALLS])
 def test_honcho_down_is_a_typed_error(
-    context: Context, standin: HonchoStandIn, name: str, arguments: dict[str, Any]
+    deployment: Deployment, standin: HonchoStandIn, name: str, arguments: dict[str, Any]
 ) -> None:
     standin.stop()  # nothing listens on its port any more
 
     with pytest.raises(HonchoUnavailable) as caught:
-        tools.call_tool(context, name, arguments, ANA)
+        tools.call_tool(deployment, name, arguments, ANA)
 
     assert_names_memhoncho_not_the_key(caught.value)
 
 
-def test_no_api_key_is_a_typed_error_naming_memhoncho(context: Context, config_dir: Path) -> None:
+def test_no_api_key_is_a_typed_error_naming_memhoncho(
+    deployment: Deployment, config_dir: Path
+) -> None:
     (config_dir / "secrets.json").unlink()
 
     with pytest.raises(MissingApiKey) as caught:
-        tools.call_tool(context, tools.SEARCH, {"query": "x"}, ANA)
+        tools.call_tool(deployment, tools.SEARCH, {"query": "x"}, ANA)
 
     assert caught.value.message.startswith("memhoncho")
 
@@ -476,9 +481,9 @@ def test_the_schema_and_the_tool_agree_on_sample_arguments(
 # --------------------------------------------------------------------------------- host
 
 
-def test_the_host_binds_the_tools_to_one_user(host: Host, context: Context) -> None:
-    seed_conversation(context, "ana-run", ANA, ["ana's garden"])
-    seed_conversation(context, "bob-run", BOB, ["bob's garden"])
+def test_the_host_binds_the_tools_to_one_user(host: Host, deployment: Deployment) -> None:
+    seed_conversation(deployment, "ana-run", ANA, ["ana's garden"])
+    seed_conversation(deployment, "bob-run", BOB, ["bob's garden"])
 
     ana = host.tools(ANA)
 

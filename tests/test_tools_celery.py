@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import redis
 
-from memhoncho import ids, recall, routing, tools
-from memhoncho.context import Context
+from memhoncho import ids, routing
+from memhoncho.deployment import Deployment
 from memhoncho.errors import (
     HonchoNoLLM,
     HonchoRateLimited,
@@ -22,6 +22,7 @@ from memhoncho.errors import (
     MemhonchoError,
 )
 from memhoncho.host import Host
+from memhoncho.recall import remote, tools
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
@@ -60,8 +61,8 @@ def settings(
 
 
 @pytest.fixture
-def context(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Context:
-    return Context(config_dir, data_dir)
+def deployment(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Deployment:
+    return Deployment(config_dir, data_dir)
 
 
 @pytest.fixture
@@ -83,10 +84,16 @@ def call(host: Host, name: str, arguments: Any, owner: str | None) -> dict[str, 
 
 
 def test_each_tool_answers_through_a_recall_worker_for_the_calling_user_only(
-    host: Host, context: Context, standin: HonchoStandIn, workspace_id: str, recall_worker: None
+    host: Host,
+    deployment: Deployment,
+    standin: HonchoStandIn,
+    workspace_id: str,
+    recall_worker: None,
 ) -> None:
-    seed_conversation(context, "ana-run", ANA, ["my marathon knee hurts"], ["marathon knee: rest"])
-    seed_conversation(context, "bob-run", BOB, ["bob's marathon knee is fine"])
+    seed_conversation(
+        deployment, "ana-run", ANA, ["my marathon knee hurts"], ["marathon knee: rest"]
+    )
+    seed_conversation(deployment, "bob-run", BOB, ["bob's marathon knee is fine"])
 
     found = call(host, tools.SEARCH, {"query": "marathon knee"}, ANA)
     assert [r["text"] for r in found["results"]] == ["my marathon knee hurts"]
@@ -116,11 +123,11 @@ def test_each_tool_answers_through_a_recall_worker_for_the_calling_user_only(
 
 
 def test_concurrent_recalls_of_many_users_each_get_only_their_own_words(
-    host: Host, context: Context, recall_worker: None
+    host: Host, deployment: Deployment, recall_worker: None
 ) -> None:
     users = [f"user-{i}@example.com" for i in range(CONCURRENT_USERS)]
     for i, user in enumerate(users):
-        seed_conversation(context, f"run-{i}", user, [f"shared words from {i}"])
+        seed_conversation(deployment, f"run-{i}", user, [f"shared words from {i}"])
 
     def search(i: int) -> list[str]:
         found = call(host, tools.SEARCH, {"query": "shared words"}, users[i % len(users)])
@@ -183,15 +190,15 @@ def test_a_bad_call_is_refused_by_the_host_before_anything_is_enqueued(
 
 
 def test_a_recall_completes_while_deliveries_are_backed_up(
-    host: Host, context: Context, redis_url: str, recall_worker: None
+    host: Host, deployment: Deployment, redis_url: str, recall_worker: None
 ) -> None:
-    seed_conversation(context, "ana-run", ANA, ["backlog words"])
+    seed_conversation(deployment, "ana-run", ANA, ["backlog words"])
     app = host.celery()
     for i in range(BACKED_UP_DELIVERIES):
         app.send_task("memhoncho.deliver", args=[f"conversation-{i}"], ignore_result=True)
     client = redis.Redis.from_url(redis_url)
     try:
-        queues = routing.deliver_queues(context.settings().partitions)
+        queues = routing.deliver_queues(deployment.settings().partitions)
         waiting = sum(client.llen(q) for q in queues)
         assert waiting == BACKED_UP_DELIVERIES
 
@@ -212,7 +219,7 @@ def test_a_recall_no_worker_answers_is_a_honcho_timeout_and_expires_unstarted(
         call(host, tools.SEARCH, {"query": "x"}, ANA)
 
     assert caught.value.message.startswith("memhoncho")
-    assert f"{FAST_TIMEOUT_S + recall.QUEUE_MARGIN_S:g} s" in caught.value.message
+    assert f"{FAST_TIMEOUT_S + remote.QUEUE_MARGIN_S:g} s" in caught.value.message
     client = redis.Redis.from_url(redis_url)
     try:
         (raw,) = client.lrange(routing.RECALL_QUEUE, 0, -1)
@@ -226,8 +233,8 @@ def test_recall_works_through_the_embedded_broker_without_redis(
 ) -> None:
     write_settings(config_dir, base_url=standin.url, workspace_id=workspace_id)
     write_api_key(config_dir, SECRET_KEY)
-    context = Context(config_dir, data_dir)
-    seed_conversation(context, "ana-run", ANA, ["embedded words"])
+    deployment = Deployment(config_dir, data_dir)
+    seed_conversation(deployment, "ana-run", ANA, ["embedded words"])
     env = memhoncho_env(config_dir=config_dir, data_dir=data_dir, api_key=None)
     with (
         CeleryProcess("worker", env, queues=[routing.RECALL_QUEUE]),

@@ -130,7 +130,7 @@ class _Floor:
 
 
 def _last_line(host: Host) -> bytes:
-    path = host.context.layout.outbox(ids.conversation_key(CONVERSATION))
+    path = host.deployment.layout.outbox(ids.conversation_key(CONVERSATION))
     with open(path, "rb") as handle:
         handle.seek(max(0, os.path.getsize(path) - 64 * 1024))
         return handle.read().splitlines(keepends=True)[-1]

@@ -34,9 +34,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from memhoncho import honcho, ids, routing
+from memhoncho import ids, routing
 from memhoncho.bench.deliver_naive import NAIVE_QUEUE, NAIVE_TASK
 from memhoncho.capture import build_record
+from memhoncho.honcho import adapter
 from memhoncho.host import Host
 from memhoncho.models import RunEvent
 from memhoncho.store.ledger import read_ledger
@@ -180,7 +181,7 @@ def _ledger_progress(host: Host, names: list[str]) -> Callable[[], int]:
     def look() -> int:
         total = 0
         for key in keys:
-            ledger = read_ledger(host.context.layout, key)
+            ledger = read_ledger(host.deployment.layout, key)
             total += ledger.messages_delivered if ledger else 0
         return total
 
@@ -244,7 +245,7 @@ def _naive_arm(
     per_conversation = runs
     celery = host.celery()
     user = ids.peer_id(OWNER)
-    agent = host.context.settings().agent_peer_id
+    agent = host.deployment.settings().agent_peer_id
 
     def publish(n: int) -> None:
         conversation = f"{tag}-{n}"
@@ -352,7 +353,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             for worker in workers:
                 worker.stop()
-            honcho.close_clients()
+            adapter.close_clients()
     ratios = [v["ratio"] for v in results["in_flight"].values()]
     results["ratio_min"] = min(ratios)
     results["goal_ratio"] = 5.0

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memhoncho import honcho
 from memhoncho.celery_app import app
+from memhoncho.honcho import adapter
 from memhoncho.tasks import task_context
 
 NAIVE_TASK = "memhoncho.bench_naive_deliver"
@@ -26,14 +26,14 @@ def naive_deliver(session_id: str, user_peer_id: str, messages: list[dict[str, A
     """Store one run's messages: the session once per process, then one add_messages."""
     import os
 
-    context = task_context()
-    agent = context.settings().agent_peer_id
-    client = honcho.write_client(context.honcho_target())
+    deployment = task_context()
+    agent = deployment.settings().agent_peer_id
+    client = adapter.write_client(deployment.honcho_target())
     if (os.getpid(), session_id) not in _sessions:
-        honcho.ensure_session(client, session_id, user_peer_id, agent)
+        adapter.ensure_session(client, session_id, user_peer_id, agent)
         _sessions.add((os.getpid(), session_id))
     outgoing = [
-        honcho.OutgoingMessage(m["peer_id"], m["content"], m.get("metadata") or {})
+        adapter.OutgoingMessage(m["peer_id"], m["content"], m.get("metadata") or {})
         for m in messages
     ]
-    honcho.add_messages(client, session_id, outgoing)
+    adapter.add_messages(client, session_id, outgoing)

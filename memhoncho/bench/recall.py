@@ -17,9 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memhoncho import honcho, routing, tools
-from memhoncho.context import Context
+from memhoncho import routing
+from memhoncho.deployment import Deployment
+from memhoncho.honcho import adapter
 from memhoncho.host import Host
+from memhoncho.recall import tools
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.seed import seed_conversation
@@ -98,11 +100,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ):
         config_dir, data_dir = Path(tmp) / "config", Path(tmp) / "data"
         _configure(config_dir, standin.url, None)
-        context = Context(config_dir, data_dir)
+        deployment = Deployment(config_dir, data_dir)
         texts = [f"message {i}: my knee hurts after run {i}" for i in range(SEEDED_MESSAGES)]
-        seed_conversation(context, CONVERSATION, OWNER, texts)
+        seed_conversation(deployment, CONVERSATION, OWNER, texts)
         results["paths"]["in_process"] = _measure(
-            lambda name, arguments: tools.call_tool(context, name, arguments, OWNER), samples
+            lambda name, arguments: tools.call_tool(deployment, name, arguments, OWNER), samples
         )
         results["paths"]["celery_embedded_broker"] = _via_worker(config_dir, data_dir, samples)
         if _redis_reachable():
@@ -110,5 +112,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results["paths"]["celery_redis"] = _via_worker(config_dir, data_dir, samples)
         else:
             results["paths"]["celery_redis"] = {"skipped": f"no Redis at {REFERENCE_REDIS}"}
-        honcho.close_clients()
+        adapter.close_clients()
     return results

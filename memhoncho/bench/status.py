@@ -17,9 +17,9 @@ from typing import Any
 
 from memhoncho import ids
 from memhoncho.bench.broker import _percentile
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
-from memhoncho.status import StatusReader
+from memhoncho.status.view import StatusReader
 from memhoncho.store.outbox import encode_line
 
 CONVERSATIONS = 10_000
@@ -45,9 +45,9 @@ def _record(conversation: str, seq: int, captured_at: float) -> dict[str, Any]:
     }
 
 
-def build_store(context: Context, conversations: int) -> None:
+def build_store(deployment: Deployment, conversations: int) -> None:
     """Outboxes, ledgers and a few dead letters, written directly (no fsync: it is a bench)."""
-    layout = context.layout
+    layout = deployment.layout
     for directory in (layout.outbox_dir, layout.ledger_dir, layout.dead_dir):
         directory.mkdir(parents=True, exist_ok=True)
     now = time.time()
@@ -91,11 +91,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     samples = getattr(args, "samples", None) or DEFAULT_SAMPLES
     conversations = CONVERSATIONS
     with tempfile.TemporaryDirectory(prefix="memhoncho-bench-status-") as tmp:
-        context = Context(Path(tmp) / "config", Path(tmp) / "data")
-        build_store(context, conversations)
-        first_ms, view = _timed(StatusReader(context).read)
-        fresh = [_timed(StatusReader(context).read)[0] for _ in range(samples)]
-        kept_reader = StatusReader(context)
+        deployment = Deployment(Path(tmp) / "config", Path(tmp) / "data")
+        build_store(deployment, conversations)
+        first_ms, view = _timed(StatusReader(deployment).read)
+        fresh = [_timed(StatusReader(deployment).read)[0] for _ in range(samples)]
+        kept_reader = StatusReader(deployment)
         kept_reader.read()
         kept = [_timed(kept_reader.read)[0] for _ in range(samples)]
     outbox = view["outbox"]

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from memhoncho import ids
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
 from memhoncho.store.ledger import write_ledger
 from memhoncho.store.outbox import encode_line
-from memhoncho.sweep import sweep
+from memhoncho.upkeep.sweep import sweep
 
 SIZES = (1_000, 10_000, 100_000)  # records in the data directory
 RECORDS_PER_CONVERSATION = 100
@@ -61,9 +61,11 @@ def _record(conversation: str, seq: int, now: float) -> dict[str, Any]:
     }
 
 
-def _build(context: Context, conversations: int, per_conversation: int, delivered: int) -> None:
+def _build(
+    deployment: Deployment, conversations: int, per_conversation: int, delivered: int
+) -> None:
     now = time.time()
-    layout = context.layout
+    layout = deployment.layout
     layout.outbox_dir.mkdir(parents=True, exist_ok=True)
     for c in range(conversations):
         conversation = f"bench-{c:05d}"
@@ -72,15 +74,15 @@ def _build(context: Context, conversations: int, per_conversation: int, delivere
             encode_line(_record(conversation, seq, now)) for seq in range(1, per_conversation + 1)
         )
         layout.outbox(key).write_bytes(lines)
-        _deliver(context, conversation, delivered)
+        _deliver(deployment, conversation, delivered)
         for lock in (layout.outbox_lock(key), layout.conversation_lock(key)):
             lock.parent.mkdir(parents=True, exist_ok=True)
             lock.touch()  # capture and delivery made these long before any sweep
 
 
-def _deliver(context: Context, conversation: str, seq: int) -> None:
+def _deliver(deployment: Deployment, conversation: str, seq: int) -> None:
     ledger = Ledger(conversation_id=conversation, delivered_seq=seq, last_delivered_at=time.time())
-    write_ledger(context.layout, ids.conversation_key(conversation), ledger)
+    write_ledger(deployment.layout, ids.conversation_key(conversation), ledger)
 
 
 def _timed(action: Callable[[], Any]) -> tuple[float, Any]:
@@ -119,22 +121,24 @@ def _one_size(root: Path, records: int, conversations: int, samples: int) -> dic
     delivered = round(per * DELIVERED_FRACTION)
     compaction: list[float] = []
     for attempt in range(samples):
-        context = Context(root / "config", root / f"data-{records}-{conversations}-{attempt}")
-        _build(context, conversations, per, delivered)
+        deployment = Deployment(root / "config", root / f"data-{records}-{conversations}-{attempt}")
+        _build(deployment, conversations, per, delivered)
         os.sync()  # capture fsynced every line long ago: no dirty backlog for the sweep to flush
-        seconds, report = _timed(functools.partial(sweep, context, _no_enqueue))
+        seconds, report = _timed(functools.partial(sweep, deployment, _no_enqueue))
         assert report.dropped_delivered == conversations * delivered, report
         compaction.append(seconds)
-    pending_sweep = _fastest(lambda: sweep(context, _no_enqueue), samples)
+    pending_sweep = _fastest(lambda: sweep(deployment, _no_enqueue), samples)
     for c in range(conversations):
-        _deliver(context, f"bench-{c:05d}", per)
-    sweep(context, _no_enqueue)  # compacts the last records away
-    first_look, _ = _timed(lambda: sweep(context, _no_enqueue))  # writes the sweep index
-    idle = _fastest(lambda: sweep(context, _no_enqueue), samples)
-    report = sweep(context, _no_enqueue)
+        _deliver(deployment, f"bench-{c:05d}", per)
+    sweep(deployment, _no_enqueue)  # compacts the last records away
+    first_look, _ = _timed(lambda: sweep(deployment, _no_enqueue))  # writes the sweep index
+    idle = _fastest(lambda: sweep(deployment, _no_enqueue), samples)
+    report = sweep(deployment, _no_enqueue)
     assert report.unchanged == conversations and report.pending == 0, report
-    listing = _fastest(context.layout.conversation_keys, samples)
-    listing_stat = _fastest(functools.partial(_list_with_stat, context.layout.outbox_dir), samples)
+    listing = _fastest(deployment.layout.conversation_keys, samples)
+    listing_stat = _fastest(
+        functools.partial(_list_with_stat, deployment.layout.outbox_dir), samples
+    )
     for attempt in range(samples):
         shutil.rmtree(root / f"data-{records}-{conversations}-{attempt}", ignore_errors=True)
     return {

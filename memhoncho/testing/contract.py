@@ -3,7 +3,8 @@
 Each scenario takes a Honcho base URL (and key), works in a fresh workspace with fresh
 session ids, and asserts with the real SDK only, so the same function runs against the
 stand-in (every test run) and against a real Honcho (``tests/test_live_contract.py``).
-Like ``memhoncho.honcho``, this module talks to the SDK directly: pinning the wire is its job.
+Like ``memhoncho.honcho.adapter``, this module talks to the SDK directly: pinning the wire
+is its job.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from honcho.api_types import (
 from honcho.http import routes
 from honcho.http.exceptions import NotFoundError, UnprocessableEntityError
 
-from memhoncho import honcho as adapter
+from memhoncho.honcho import adapter
 
 Scenario = Callable[[str, str | None], None]
 CONTRACT_TIMEOUT_S = 20.0  # seconds per request; a live server can be slow
@@ -305,7 +306,7 @@ def session_context_has_the_messages(base_url: str, api_key: str | None) -> None
 
 @scenario
 def adapter_sets_config_before_the_first_message(base_url: str, api_key: str | None) -> None:
-    """memhoncho.honcho.ensure_session leaves both members configured, even after the fact."""
+    """adapter.ensure_session leaves both members configured, even after the fact."""
     client = client_for(base_url, api_key)
     sid, user, agent = unique("sess"), unique("user"), unique("agent")
     adapter.ensure_session(client, sid, user, agent, {"conversation": "c1"})

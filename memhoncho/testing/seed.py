@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memhoncho import honcho, ids
+from memhoncho import ids
 from memhoncho.capture import OUTBOX_ID_KEY
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
+from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
 from memhoncho.store.ledger import write_ledger
 
 
 def seed_conversation(
-    context: Context,
+    deployment: Deployment,
     conversation_id: str,
     owner: str | None,
     user_texts: Sequence[str],
@@ -30,28 +31,28 @@ def seed_conversation(
     ``session_id`` stands for a session whose id memhoncho did not choose (a fork's clone):
     only the ledger then ties it to the conversation.
     """
-    current = context.settings()
-    client = honcho.write_client(context.honcho_target())
+    current = deployment.settings()
+    client = adapter.write_client(deployment.honcho_target())
     sid = session_id or ids.session_id(current.workspace_id, conversation_id)
     user = ids.peer_id(owner)
-    honcho.ensure_session(client, sid, user, current.agent_peer_id)
+    adapter.ensure_session(client, sid, user, current.agent_peer_id)
     key = ids.conversation_key(conversation_id)
     messages = [
-        honcho.OutgoingMessage(user, text, {OUTBOX_ID_KEY: f"{key}:u{i}"})
+        adapter.OutgoingMessage(user, text, {OUTBOX_ID_KEY: f"{key}:u{i}"})
         for i, text in enumerate(user_texts)
     ] + [
-        honcho.OutgoingMessage(current.agent_peer_id, text, {OUTBOX_ID_KEY: f"{key}:a{i}"})
+        adapter.OutgoingMessage(current.agent_peer_id, text, {OUTBOX_ID_KEY: f"{key}:a{i}"})
         for i, text in enumerate(agent_texts)
     ]
     message_ids: list[str] = []
-    for start in range(0, len(messages), honcho.MAX_MESSAGES_PER_CALL):
-        chunk = messages[start : start + honcho.MAX_MESSAGES_PER_CALL]
-        message_ids += honcho.add_messages(client, sid, chunk)
+    for start in range(0, len(messages), adapter.MAX_MESSAGES_PER_CALL):
+        chunk = messages[start : start + adapter.MAX_MESSAGES_PER_CALL]
+        message_ids += adapter.add_messages(client, sid, chunk)
     ledger = Ledger(
         conversation_id=conversation_id,
         owner=owner,
         session_id=sid,
         messages_delivered=len(message_ids),
     )
-    write_ledger(context.layout, key, ledger)
+    write_ledger(deployment.layout, key, ledger)
     return sid

@@ -13,9 +13,10 @@ from typing import Any
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeout
 
-from memhoncho import ids, tools
-from memhoncho.context import Context
+from memhoncho import ids
+from memhoncho.deployment import Deployment
 from memhoncho.errors import HonchoFailure, HonchoTimeout, HonchoUnavailable
+from memhoncho.recall import tools
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +26,12 @@ RESULT_POLL_S = 0.05  # seconds between result checks where the backend is polle
 
 
 def call_via_celery(
-    app: Celery, context: Context, name: object, arguments: Any, owner: str | None
+    app: Celery, deployment: Deployment, name: object, arguments: Any, owner: str | None
 ) -> dict[str, Any]:
     """Run the tool on a recall worker and return its result, or raise its typed error."""
     tool, checked = tools.check_call(name, arguments)
     ids.peer_id(owner)
-    wait_s = tool.timeout_s(context.settings()) + QUEUE_MARGIN_S
+    wait_s = tool.timeout_s(deployment.settings()) + QUEUE_MARGIN_S
     try:
         pending = app.send_task(
             RECALL_TASK, args=[tool.name, checked, owner], retry=False, expires=wait_s

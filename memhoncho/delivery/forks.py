@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from memhoncho import ids
-from memhoncho.context import Context
+from memhoncho.delivery.clone import Clone, reached
+from memhoncho.deployment import Deployment
 from memhoncho.errors import (
     ForkRefused,
     ForkWaiting,
@@ -29,7 +30,6 @@ from memhoncho.errors import (
     LockBusy,
     MemhonchoError,
 )
-from memhoncho.fork_clone import Clone, reached
 from memhoncho.models import ForkDecision, Ledger
 from memhoncho.store import forks as fork_store
 from memhoncho.store.forks import ForkRecord, append_decision, read_fork, remove_fork
@@ -66,7 +66,7 @@ Outcome = Literal["clone", "none-window", "none-empty", "none-unknown-parent", "
 # ---- the host's side --------------------------------------------------------------------
 
 
-def fork_conversation(context: Context, parent_id: str, child_id: str, at_entry: int) -> None:
+def fork_conversation(deployment: Deployment, parent_id: str, child_id: str, at_entry: int) -> None:
     """Record the fork durably (one fsynced file); refuse what cannot be honoured."""
     parent_key = ids.conversation_key(parent_id)
     child_key = ids.conversation_key(child_id)
@@ -74,7 +74,7 @@ def fork_conversation(context: Context, parent_id: str, child_id: str, at_entry:
         raise InvalidInput("at_entry must be a non-negative integer", field="at_entry")
     if parent_key == child_key:
         raise ForkRefused("a conversation cannot be forked from itself")
-    layout = context.layout
+    layout = deployment.layout
     ledger = read_ledger(layout, child_key)
     if ledger is not None and (ledger.session_id is not None or ledger.fork is not None):
         raise ForkRefused("the child conversation already has a Honcho session")
@@ -169,7 +169,7 @@ def plan_fork(
 
 
 def resolve_pending_fork(
-    context: Context, client: Honcho, key: str, conversation_id: str, ledger: Ledger
+    deployment: Deployment, client: Honcho, key: str, conversation_id: str, ledger: Ledger
 ) -> Ledger:
     """Establish the child's session from its pending fork; the ledger as written.
 
@@ -178,7 +178,7 @@ def resolve_pending_fork(
     Raises ForkWaiting while the parent has not delivered up to the fork point, LockBusy when
     the parent's lock is taken.
     """
-    layout = context.layout
+    layout = deployment.layout
     record = read_fork(layout, key)
     if record is None:
         return ledger
@@ -194,7 +194,7 @@ def resolve_pending_fork(
     # The parent's lock serializes clones of one parent (its metadata carries one tag at a
     # time) and holds its ledger still while the clone point is chosen.
     with file_lock(layout.conversation_lock(parent_key), timeout_s=PARENT_LOCK_WAIT_S):
-        ledger = _resolve_locked(context, client, key, record, parent_key, ledger)
+        ledger = _resolve_locked(deployment, client, key, record, parent_key, ledger)
     remove_fork(layout, key)
     reached("record-removed")
     return ledger
@@ -208,24 +208,24 @@ def _decided(ledger: Ledger) -> bool:
 
 
 def _resolve_locked(
-    context: Context,
+    deployment: Deployment,
     client: Honcho,
     key: str,
     record: ForkRecord,
     parent_key: str,
     ledger: Ledger,
 ) -> Ledger:
-    layout = context.layout
+    layout = deployment.layout
     parent_ledger = read_ledger(layout, parent_key)
     if ledger.clone_intent is not None:  # an interrupted clone: finish it, never re-plan
-        return _clone(context, client, key, record, parent_ledger, ledger).resume(ledger)
+        return _clone(deployment, client, key, record, parent_ledger, ledger).resume(ledger)
     if (parent_ledger is None or parent_ledger.session_id is None) and read_fork(
         layout, parent_key
     ) is not None:
         # A fork of a fork whose own fork is unresolved: resolve the parent first (its lock is
         # held here), so there is a session and anchors to clone from.
         parent_ledger = resolve_pending_fork(
-            context,
+            deployment,
             client,
             parent_key,
             record.parent_id,
@@ -240,7 +240,7 @@ def _resolve_locked(
         # pending means memhoncho never had a record of the parent.
         seen=parent_ledger is not None or bool(pending),
     )
-    settings = context.settings()
+    settings = deployment.settings()
     plan = plan_fork(
         record,
         parent,
@@ -252,7 +252,7 @@ def _resolve_locked(
         raise ForkWaiting(plan.reason)
     if plan.outcome == "clone" and plan.anchor is not None and parent_ledger is not None:
         assert parent_ledger.session_id is not None
-        clone = _clone(context, client, key, record, parent_ledger, ledger)
+        clone = _clone(deployment, client, key, record, parent_ledger, ledger)
         return clone.start(ledger, parent_ledger.session_id, *plan.anchor)
     decision = ForkDecision(
         parent_id=record.parent_id,
@@ -274,21 +274,21 @@ def _resolve_locked(
 
 
 def _clone(
-    context: Context,
+    deployment: Deployment,
     client: Honcho,
     key: str,
     record: ForkRecord,
     parent_ledger: Ledger | None,
     ledger: Ledger,
 ) -> Clone:
-    settings = context.settings()
+    settings = deployment.settings()
     return Clone(
-        context.layout,
+        deployment.layout,
         client,
         key,
         record,
         parent_key=ids.conversation_key(record.parent_id),
-        user_peer_id=_user_peer_id(context.layout, key, ledger, parent_ledger),
+        user_peer_id=_user_peer_id(deployment.layout, key, ledger, parent_ledger),
         agent_peer_id=settings.agent_peer_id,
         anchor_window=settings.anchor_window,
         settle_s=settings.honcho_timeout_s,
@@ -308,12 +308,12 @@ def _user_peer_id(layout: Layout, key: str, ledger: Ledger, parent: Ledger | Non
 # ---- the sweep's side and the status view -----------------------------------------------
 
 
-def resolve_fork_now(context: Context, child_id: str) -> dict[str, Any]:
+def resolve_fork_now(deployment: Deployment, child_id: str) -> dict[str, Any]:
     """Resolve one pending fork now, under the child's lock (tried once, never waited for)."""
-    from memhoncho import honcho
+    from memhoncho.honcho import adapter
 
     key = ids.conversation_key(child_id)
-    layout = context.layout
+    layout = deployment.layout
     result: dict[str, Any] = {"conversation_key": key}
     try:
         with file_lock(layout.conversation_lock(key), timeout_s=0):
@@ -323,8 +323,8 @@ def resolve_fork_now(context: Context, child_id: str) -> dict[str, Any]:
             if _decided(ledger):  # a crash came between the ledger and the record's removal
                 remove_fork(layout, key)
             else:
-                client = honcho.write_client(context.honcho_target())
-                ledger = resolve_pending_fork(context, client, key, child_id, ledger)
+                client = adapter.write_client(deployment.honcho_target())
+                ledger = resolve_pending_fork(deployment, client, key, child_id, ledger)
     except ForkWaiting as exc:
         return {**result, "status": "waiting", "reason": exc.message}
     except LockBusy:
@@ -334,17 +334,17 @@ def resolve_fork_now(context: Context, child_id: str) -> dict[str, Any]:
     return {**result, "status": "resolved", "outcome": ledger.fork.outcome if ledger.fork else None}
 
 
-def resolve_pending_forks(context: Context) -> list[dict[str, Any]]:
+def resolve_pending_forks(deployment: Deployment) -> list[dict[str, Any]]:
     """Try every pending fork once (the sweep, before it redelivers); one result each."""
     results = []
-    for key in pending_fork_keys(context.layout):
+    for key in pending_fork_keys(deployment.layout):
         try:
-            record = read_fork(context.layout, key)
+            record = read_fork(deployment.layout, key)
         except MemhonchoError as exc:
             results.append({"conversation_key": key, "status": "failed", "code": exc.code})
             continue
         if record is not None:
-            results.append(resolve_fork_now(context, record.child_id))
+            results.append(resolve_fork_now(deployment, record.child_id))
     return results
 
 

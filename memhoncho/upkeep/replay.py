@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, Field
 
 from memhoncho import ids
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile, MemhonchoError
 from memhoncho.models import Ledger
 from memhoncho.store.deadletters import dead_keys, dead_lock, read_dead, replace_dead, revived
@@ -44,18 +44,18 @@ class ReplayReport(BaseModel):
 
 
 def replay(
-    context: Context,
+    deployment: Deployment,
     conversation_id: str | None = None,
     enqueue: Callable[[str], bool] | None = None,
 ) -> ReplayReport:
     """Move dead letters (all, or one conversation's) back into the outbox; then enqueue."""
-    layout = context.layout
+    layout = deployment.layout
     keys = [ids.conversation_key(conversation_id)] if conversation_id is not None else None
     report = ReplayReport()
     outbox = Outbox(layout)
-    max_pending = context.settings().max_pending_batches
+    max_pending = deployment.settings().max_pending_batches
     for key in keys if keys is not None else dead_keys(layout):
-        done = _replay_one(context, outbox, key, max_pending)
+        done = _replay_one(deployment, outbox, key, max_pending)
         if done.replayed and enqueue is not None and done.conversation_id is not None:
             try:
                 done.enqueued = bool(enqueue(done.conversation_id))
@@ -69,9 +69,9 @@ def replay(
 
 
 def _replay_one(
-    context: Context, outbox: Outbox, key: str, max_pending: int
+    deployment: Deployment, outbox: Outbox, key: str, max_pending: int
 ) -> ConversationReplayed:
-    layout = context.layout
+    layout = deployment.layout
     done = ConversationReplayed(conversation_key=key, conversation_id=ids.decode(key))
     try:
         ledger: Ledger | None = read_ledger(layout, key)

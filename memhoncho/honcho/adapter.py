@@ -28,7 +28,7 @@ from honcho.peer import Peer
 from honcho.session import Session
 
 from memhoncho.errors import HonchoNoLLM, HonchoRejected, HonchoUnavailable, MemhonchoError
-from memhoncho.honcho_retry import RetryDecision, backoff_s, classify, translate
+from memhoncho.honcho.retry import RetryDecision, backoff_s, classify, translate
 
 __all__ = [
     "HonchoTarget",

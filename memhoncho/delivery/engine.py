@@ -8,13 +8,12 @@ then sends every pending message coalesced, up to 100 a call.
 Exactly once: before each call the ledger names the outbox ids in flight; every message carries
 its outbox id in metadata. A failed call whose outcome is unclear leaves the mark, and the next
 attempt (or one finding a mark at start) asks Honcho which of those it holds and sends only the
-rest. Failures are raised for the caller to retry (``honcho.classify``) or give up; the records
+rest. Failures are raised for the caller to retry (``adapter.classify``) or give up; the records
 stay pending either way, and the sweep re-drives them.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from dataclasses import dataclass
@@ -22,11 +21,13 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from memhoncho import honcho, ids
+from memhoncho import ids
 from memhoncho.capture import AGENT, OUTBOX_ID_KEY
-from memhoncho.context import Context
-from memhoncho.delivery_ledger import Pending, fold, pending_messages
-from memhoncho.errors import ForkWaiting, MemhonchoError
+from memhoncho.delivery import forks
+from memhoncho.delivery.fold import Pending, fold, pending_messages
+from memhoncho.deployment import Deployment
+from memhoncho.errors import MemhonchoError
+from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
 from memhoncho.settings import Settings
 from memhoncho.store import peek
@@ -40,12 +41,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGES_PER_CALL = honcho.MAX_MESSAGES_PER_CALL  # Honcho's limit per add_messages
+MAX_MESSAGES_PER_CALL = adapter.MAX_MESSAGES_PER_CALL  # Honcho's limit per add_messages
 #: calls one delivery makes at most before handing back (``more``), so a large backlog never
 #: holds a worker near the task time limit and other conversations get their turn
 MAX_CALLS_PER_RUN = 50
-FORKS_MODULE = "memhoncho.forks"
-FORKS_FUNCTION = "resolve_pending_fork"
 
 
 class DeliveryState(StrEnum):
@@ -70,7 +69,7 @@ class DeliveryReport:
 
 
 def deliver_conversation(
-    context: Context, conversation_id: str, *, max_calls: int = MAX_CALLS_PER_RUN
+    deployment: Deployment, conversation_id: str, *, max_calls: int = MAX_CALLS_PER_RUN
 ) -> DeliveryReport:
     """Deliver what is pending for ``conversation_id``; LockBusy if another worker is at it.
 
@@ -78,14 +77,14 @@ def deliver_conversation(
     MissingApiKey when there is work but no key, ForkWaiting while a fork's parent lags.
     """
     key = ids.conversation_key(conversation_id)
-    with file_lock(context.layout.conversation_lock(key), timeout_s=0):
-        return _Delivery(context, conversation_id, key).run(max_calls)
+    with file_lock(deployment.layout.conversation_lock(key), timeout_s=0):
+        return _Delivery(deployment, conversation_id, key).run(max_calls)
 
 
-def messages_delivered(context: Context, conversation_id: str) -> int:
+def messages_delivered(deployment: Deployment, conversation_id: str) -> int:
     """How many messages the ledger says Honcho holds (-1 when it cannot be read): progress."""
     try:
-        ledger = read_ledger(context.layout, ids.conversation_key(conversation_id))
+        ledger = read_ledger(deployment.layout, ids.conversation_key(conversation_id))
     except MemhonchoError:
         return -1
     return ledger.messages_delivered if ledger else 0
@@ -94,14 +93,14 @@ def messages_delivered(context: Context, conversation_id: str) -> int:
 class _Delivery:
     """One run of the engine for one conversation, under its lock."""
 
-    def __init__(self, context: Context, conversation_id: str, key: str) -> None:
-        self.context = context
-        self.layout = context.layout
+    def __init__(self, deployment: Deployment, conversation_id: str, key: str) -> None:
+        self.deployment = deployment
+        self.layout = deployment.layout
         self.conversation_id = conversation_id
         self.key = key
         self.report = DeliveryReport(conversation_id)
         self.ledger = Ledger(conversation_id=conversation_id)
-        self.settings: Settings = context.settings()
+        self.settings: Settings = deployment.settings()
         self.records: list[Record] = []
         #: peers this run knows the session is configured for (the agent always is)
         self.ensured_peers: set[str] = {self.settings.agent_peer_id}
@@ -114,7 +113,7 @@ class _Delivery:
         self.records = Outbox(self.layout).pending(self.key, self.ledger.delivered_seq)
         if not self.records and not self.ledger.in_flight:
             return self.report
-        client = honcho.write_client(self.context.honcho_target())  # MissingApiKey: no key
+        client = adapter.write_client(self.deployment.honcho_target())  # MissingApiKey: no key
         first = self.ledger.messages_delivered == 0
         try:
             self._establish(client)
@@ -158,15 +157,15 @@ class _Delivery:
         owner = head.get("owner", self.ledger.owner)
         if self.layout.pending_fork(self.key).exists():
             # The fork module's own Honcho calls are not counted in ``report.calls``.
-            self.ledger = _resolve_fork(
-                self.context, client, self.key, self.conversation_id, self.ledger
+            self.ledger = forks.resolve_pending_fork(
+                self.deployment, client, self.key, self.conversation_id, self.ledger
             )
         sid = self.ledger.session_id or ids.session_id(
             self.settings.workspace_id, self.conversation_id
         )
         user_peer = head.get("user_peer_id") or ids.peer_id(owner)
         # Before the first message: Honcho ignores a config given after it (HONCHO.md).
-        honcho.ensure_session(client, sid, user_peer, self.settings.agent_peer_id)
+        adapter.ensure_session(client, sid, user_peer, self.settings.agent_peer_id)
         self.report.calls += 3  # get-or-create, then each member's config
         self.ensured_peers.add(user_peer)
         self.ledger = self.ledger.model_copy(update={"session_id": sid, "owner": owner})
@@ -182,7 +181,7 @@ class _Delivery:
         if user_peer in self.ensured_peers:
             return
         assert self.ledger.session_id is not None
-        honcho.ensure_session(
+        adapter.ensure_session(
             client, self.ledger.session_id, user_peer, self.settings.agent_peer_id
         )
         self.report.calls += 3
@@ -193,10 +192,10 @@ class _Delivery:
     def _reconcile(self, client: Honcho) -> None:
         """An open in-flight mark: learn which of its ids Honcho holds, fold them, clear it."""
         assert self.ledger.session_id is not None
-        found = honcho.find_outbox_ids(
+        found = adapter.find_outbox_ids(
             client, self.ledger.session_id, OUTBOX_ID_KEY, self.ledger.in_flight
         )
-        self.report.calls += 1 + (len(self.ledger.in_flight) - 1) // honcho.FILTER_CHUNK
+        self.report.calls += 1 + (len(self.ledger.in_flight) - 1) // adapter.FILTER_CHUNK
         before = self.ledger.messages_delivered
         self.ledger = self._folded(dict(found)).model_copy(update={"in_flight": []})
         write_ledger(self.layout, self.key, self.ledger)
@@ -233,9 +232,9 @@ class _Delivery:
                 self._ensure_peer(client, self._author(item))
             self.report.calls += 1
             try:
-                honcho_ids = honcho.add_messages(client, sid, [self._outgoing(p) for p in chunk])
+                honcho_ids = adapter.add_messages(client, sid, [self._outgoing(p) for p in chunk])
             except MemhonchoError as exc:
-                if not honcho.classify(exc, 1).unclear:  # provably not stored: no mark needed
+                if not adapter.classify(exc, 1).unclear:  # provably not stored: no mark needed
                     self.ledger = self.ledger.model_copy(update={"in_flight": []})
                 raise
             following = sending[index + 1] if index + 1 < len(sending) else []
@@ -270,7 +269,7 @@ class _Delivery:
             return self.settings.agent_peer_id
         return str(item.record.get("user_peer_id") or ids.peer_id(item.record.get("owner")))
 
-    def _outgoing(self, item: Pending) -> honcho.OutgoingMessage:
+    def _outgoing(self, item: Pending) -> adapter.OutgoingMessage:
         metadata: dict[str, Any] = {
             **(item.message.get("meta") or {}),
             OUTBOX_ID_KEY: item.outbox_id,
@@ -281,7 +280,7 @@ class _Delivery:
             if isinstance(captured_at, int | float)
             else None
         )
-        return honcho.OutgoingMessage(
+        return adapter.OutgoingMessage(
             peer_id=self._author(item),
             content=str(item.message["text"]),
             metadata=metadata,
@@ -325,23 +324,3 @@ class _Delivery:
                 "calls": self.report.calls,
             },
         )
-
-
-def _resolve_fork(
-    context: Context, client: Honcho, key: str, conversation_id: str, ledger: Ledger
-) -> Ledger:
-    """The seam to ``forks.resolve_pending_fork``: clone the parent, or decide to start fresh.
-
-    Without the fork module the fork waits (ForkWaiting): records stay pending rather than
-    reach a session the fork would not have chosen.
-    """
-    try:
-        module = importlib.import_module(FORKS_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != FORKS_MODULE:
-            raise
-        raise ForkWaiting("fork resolution is not available in this install") from None
-    resolved: Ledger = getattr(module, FORKS_FUNCTION)(
-        context, client, key, conversation_id, ledger
-    )
-    return resolved

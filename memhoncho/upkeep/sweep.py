@@ -1,7 +1,7 @@
 """The outbox sweep: re-drive delivery of whatever is pending, then compact the outboxes.
 
 Beat runs it (``memhoncho.outbox_sweep``) and so does ``memhoncho sweep``. In order: resolve
-pending forks (``forks.resolve_pending_forks``, when that module is there); enqueue delivery of
+pending forks (``forks.resolve_pending_forks``); enqueue delivery of
 every conversation with pending records (through the caller's ``enqueue``, the same routing as
 capture); compact: delivered records leave the outbox, records pending longer than
 ``outbox_retention_days`` move to the dead-letter file with a warning each (written durably
@@ -20,7 +20,6 @@ index remembers which conversations were clean, by the stat stamp of their outbo
 from __future__ import annotations
 
 import gc
-import importlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +29,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from memhoncho import ids
-from memhoncho.context import Context
+from memhoncho.delivery import forks
+from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile, LockBusy, MemhonchoError
 from memhoncho.models import Ledger
 from memhoncho.store import peek
@@ -46,8 +46,6 @@ DAY_S = 86_400.0  # seconds in a day
 NOT_ENQUEUED = "ERR_NOT_ENQUEUED"  # the delivery hint could not be published
 UNEXPECTED = "ERR_UNEXPECTED"  # an exception outside memhoncho's error tree
 RETENTION_REASON = "retention"
-FORKS_MODULE = "memhoncho.forks"
-FORKS_FUNCTION = "resolve_pending_forks"
 
 Stage = Literal["forks", "ledger", "enqueue", "compact", "conversation", "index"]
 Enqueue = Callable[[str], bool]
@@ -108,15 +106,15 @@ class SweepReport(BaseModel):
         )
 
 
-def sweep(context: Context, enqueue: Enqueue, *, now: float | None = None) -> SweepReport:
+def sweep(deployment: Deployment, enqueue: Enqueue, *, now: float | None = None) -> SweepReport:
     """Resolve forks, re-drive pending deliveries, compact; never raises for one conversation."""
     started = time.monotonic()
     now = time.time() if now is None else now
     report = SweepReport(started_at=now)
-    _resolve_forks(context, report)
-    settings = context.settings()
+    _resolve_forks(deployment, report)
+    settings = deployment.settings()
     retention_s = settings.outbox_retention_days * DAY_S
-    layout = context.layout
+    layout = deployment.layout
     outbox = Outbox(layout)
     stamps = outbox_stamps(layout)  # taken before any look, so a change since is seen next time
     report.listed = len(stamps)
@@ -129,7 +127,7 @@ def sweep(context: Context, enqueue: Enqueue, *, now: float | None = None) -> Sw
             clean[key] = stamp
             continue
         try:
-            swept = _sweep_one(context, outbox, key, enqueue, report, now, retention_s)
+            swept = _sweep_one(deployment, outbox, key, enqueue, report, now, retention_s)
         except Exception as exc:  # one conversation never stops the sweep
             report.fail("conversation", exc, conversation_key=key)
             continue
@@ -168,23 +166,10 @@ def _add_up(report: SweepReport, swept: ConversationSwept) -> None:
     report.quarantined += swept.quarantined
 
 
-def _resolve_forks(context: Context, report: SweepReport) -> None:
+def _resolve_forks(deployment: Deployment, report: SweepReport) -> None:
     """Pending forks first, so their children's deliveries find a session to go to."""
     try:
-        module = importlib.import_module(FORKS_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name == FORKS_MODULE:
-            return  # fork support is not installed in this build
-        report.fail("forks", exc)
-        return
-    except Exception as exc:
-        report.fail("forks", exc)
-        return
-    resolve = getattr(module, FORKS_FUNCTION, None)
-    if resolve is None:
-        return
-    try:
-        result = resolve(context)
+        result = forks.resolve_pending_forks(deployment)
     except Exception as exc:  # Honcho down: the forks wait for the next sweep
         report.fail("forks", exc)
         return
@@ -210,7 +195,7 @@ def _plain(value: Any) -> Any:
 
 
 def _sweep_one(
-    context: Context,
+    deployment: Deployment,
     outbox: Outbox,
     key: str,
     enqueue: Enqueue,
@@ -219,7 +204,7 @@ def _sweep_one(
     retention_s: float,
 ) -> ConversationSwept | None:
     """Look at one conversation; None when it is clean (nothing pending, nothing to compact)."""
-    layout = context.layout
+    layout = deployment.layout
     ledger_ok = True
     try:
         ledger = read_ledger(layout, key)
@@ -249,7 +234,7 @@ def _sweep_one(
     if pending:
         swept.enqueued = _enqueue(enqueue, swept, report)
     if ledger_ok and (has_delivered or head_expired):
-        _compact(context, outbox, key, swept, delivered, now, retention_s)
+        _compact(deployment, outbox, key, swept, delivered, now, retention_s)
     swept.quarantined = _lines_added(layout.quarantine(key), quarantine_before)
     if not (pending or has_delivered or swept.quarantined):
         return None
@@ -286,7 +271,7 @@ def _expired(record: Record, now: float, retention_s: float) -> bool:
 
 
 def _compact(
-    context: Context,
+    deployment: Deployment,
     outbox: Outbox,
     key: str,
     swept: ConversationSwept,
@@ -295,7 +280,7 @@ def _compact(
     retention_s: float,
 ) -> None:
     """One rewrite: drop delivered records and, when no delivery is running, the expired ones."""
-    layout = context.layout
+    layout = deployment.layout
     with ExitStack() as stack:
         in_flight: set[str] = set()
         try:

@@ -31,8 +31,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memhoncho import honcho
 from memhoncho.errors import ForkWaiting, HonchoRejected
+from memhoncho.honcho import adapter
 from memhoncho.models import ForkDecision, Ledger
 from memhoncho.store.forks import (
     ForkRecord,
@@ -127,7 +127,7 @@ class Clone:
             ledger = self._write(ledger, clone_intent=dict(intent))
             reached("cloning-written")
             try:
-                clone_sid = honcho.clone_session(
+                clone_sid = adapter.clone_session(
                     self.client, parent_sid, intent["anchor_message_id"]
                 )
             except HonchoRejected as exc:
@@ -146,7 +146,7 @@ class Clone:
         self._untag_parent(parent_sid)
         remove_clone_marker(self.layout, self.parent_key)
         reached("parent-untagged")
-        honcho.ensure_session(self.client, clone_sid, self.user_peer_id, self.agent_peer_id)
+        adapter.ensure_session(self.client, clone_sid, self.user_peer_id, self.agent_peer_id)
         reached("peers-ensured")
         anchors = self._anchors(clone_sid)
         decision = ForkDecision(
@@ -210,7 +210,7 @@ class Clone:
         """The session an earlier attempt cloned: it carries the tag, tagged as a clone or not."""
         found: dict[str, dict[str, Any]] = {}
         for key in (INTENT_KEY, FORK_TAG_KEY):
-            for session in honcho.find_sessions(self.client, {key: tag}):
+            for session in adapter.find_sessions(self.client, {key: tag}):
                 if session["id"] != parent_sid:
                     found[session["id"]] = session
         if not found:
@@ -224,27 +224,27 @@ class Clone:
         return str(oldest["id"])
 
     def _tag_parent(self, parent_sid: str, tag: str) -> None:
-        metadata = honcho.session_metadata(self.client, parent_sid)
+        metadata = adapter.session_metadata(self.client, parent_sid)
         if metadata.get(INTENT_KEY) != tag:
-            honcho.set_session_metadata(self.client, parent_sid, {**metadata, INTENT_KEY: tag})
+            adapter.set_session_metadata(self.client, parent_sid, {**metadata, INTENT_KEY: tag})
 
     def _untag_parent(self, parent_sid: str) -> None:
-        metadata = honcho.session_metadata(self.client, parent_sid)
+        metadata = adapter.session_metadata(self.client, parent_sid)
         if INTENT_KEY in metadata:
             metadata.pop(INTENT_KEY)
-            honcho.set_session_metadata(self.client, parent_sid, metadata)
+            adapter.set_session_metadata(self.client, parent_sid, metadata)
 
     def _tag_clone(self, clone_sid: str, tag: str) -> None:
-        metadata = honcho.session_metadata(self.client, clone_sid)
+        metadata = adapter.session_metadata(self.client, clone_sid)
         wanted = {k: v for k, v in metadata.items() if k not in (INTENT_KEY, FORK_CHILD_KEY)}
         wanted.update({FORK_CHILD_KEY: self.key, FORK_TAG_KEY: tag})
         if wanted != metadata:
-            honcho.set_session_metadata(self.client, clone_sid, wanted)
+            adapter.set_session_metadata(self.client, clone_sid, wanted)
 
     def _anchors(self, clone_sid: str) -> list[tuple[int, str]]:
         """The clone's own message ids for the entries it inherited, so it can be forked too."""
         anchors: list[tuple[int, str]] = []
-        for message in honcho.list_messages(self.client, clone_sid):
+        for message in adapter.list_messages(self.client, clone_sid):
             entry = message["metadata"].get(ENTRY_ID_KEY)
             if isinstance(entry, int) and not isinstance(entry, bool):
                 anchors.append((entry, str(message["id"])))

@@ -18,10 +18,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from memhoncho import settings as settings_module
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.errors import ConfigError
-from memhoncho.status import StatusReader
-from memhoncho.status_render import prometheus
+from memhoncho.status.render import prometheus
+from memhoncho.status.view import StatusReader
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +38,9 @@ NO_TOKEN_MESSAGE = (
 )
 
 
-def status_token(context: Context) -> str | None:
+def status_token(deployment: Deployment) -> str | None:
     """The stored secret first, then the ``status_token`` setting; None if neither."""
-    path = context.config_dir / settings_module.SECRETS_FILE
+    path = deployment.config_dir / settings_module.SECRETS_FILE
     try:
         stored = json.loads(path.read_bytes()).get(TOKEN_SECTION)
     except (OSError, ValueError, AttributeError):
@@ -49,7 +49,7 @@ def status_token(context: Context) -> str | None:
         stored = stored.get("value")
     if isinstance(stored, str) and stored.strip():
         return stored.strip()
-    setting = context.settings().status_token
+    setting = deployment.settings().status_token
     return setting.strip() if setting and setting.strip() else None
 
 
@@ -97,12 +97,12 @@ class StatusServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, context: Context, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT):
-        token = status_token(context)
+    def __init__(self, deployment: Deployment, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT):
+        token = status_token(deployment)
         if token is None:
             raise ConfigError(NO_TOKEN_MESSAGE)
         self.token = token
-        self.reader = StatusReader(context)
+        self.reader = StatusReader(deployment)
         self._read_lock = threading.Lock()
         super().__init__((host, port), _Handler)
 
@@ -116,8 +116,8 @@ class StatusServer(ThreadingHTTPServer):
         return f"http://{host!s}:{port}"
 
 
-def serve(context: Context, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
-    server = StatusServer(context, host, port)
+def serve(deployment: Deployment, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+    server = StatusServer(deployment, host, port)
     log.info("status server listening", extra={"action": "status_serving", "url": server.url})
     print(f"memhoncho status on {server.url}{STATUS_PATH} and {server.url}{METRICS_PATH}")
     try:

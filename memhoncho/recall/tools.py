@@ -1,6 +1,6 @@
 """The recall tools a model calls: search the user's own words, ask about the user, remember.
 
-Each tool is a plain service function taking ``(context, owner, arguments)``. The owner (the
+Each tool is a plain service function taking ``(deployment, owner, arguments)``. The owner (the
 calling user) always comes from the host, never from the model's arguments, so one user can
 never reach another's memory. Arguments are strict pydantic models, and the same models
 generate the JSON schemas handed to the model. Results are plain JSON-able dicts; failures
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from memhoncho import honcho, ids
+from memhoncho import ids
 from memhoncho.capture import OUTBOX_ID_KEY
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.errors import (
     CorruptFile,
     HonchoFailure,
@@ -27,9 +27,8 @@ from memhoncho.errors import (
     MemhonchoError,
     all_error_classes,
 )
-from memhoncho.settings import Settings
-from memhoncho.store.ledger import read_ledger
-from memhoncho.tool_arguments import (
+from memhoncho.honcho import adapter
+from memhoncho.recall.arguments import (
     ChatArguments,
     RememberArguments,
     SearchArguments,
@@ -37,6 +36,8 @@ from memhoncho.tool_arguments import (
     parameters_schema,
     parse_arguments,
 )
+from memhoncho.settings import Settings
+from memhoncho.store.ledger import read_ledger
 
 log = logging.getLogger(__name__)
 
@@ -51,19 +52,19 @@ TRUNCATION_MARK = "…"
 # ---------------------------------------------------------------------------------- tools
 
 
-def honcho_search(context: Context, owner: str | None, arguments: Any) -> dict[str, Any]:
+def honcho_search(deployment: Deployment, owner: str | None, arguments: Any) -> dict[str, Any]:
     """The calling user's own messages matching the query, newest first, trimmed."""
     args = parse_arguments(SEARCH, SearchArguments, arguments)
-    current = context.settings()
+    current = deployment.settings()
     user = ids.peer_id(owner)
-    client = honcho.read_client(context.honcho_target(), timeout_s=current.tool_timeout_s)
+    client = adapter.read_client(deployment.honcho_target(), timeout_s=current.tool_timeout_s)
     try:
-        found = honcho.search_user_messages(client, user, args.query, limit=current.search_limit)
+        found = adapter.search_user_messages(client, user, args.query, limit=current.search_limit)
     except HonchoRejected as exc:
         if exc.status != 404:
             raise
         found = []  # a user Honcho has never seen has written nothing yet
-    conversations = _ConversationNames(context, current.workspace_id)
+    conversations = _ConversationNames(deployment, current.workspace_id)
     results: list[dict[str, Any]] = []
     seen: set[str] = set()
     for message in found:
@@ -90,12 +91,12 @@ def honcho_search(context: Context, owner: str | None, arguments: Any) -> dict[s
     }
 
 
-def honcho_chat(context: Context, owner: str | None, arguments: Any) -> dict[str, Any]:
+def honcho_chat(deployment: Deployment, owner: str | None, arguments: Any) -> dict[str, Any]:
     """Honcho's dialectic answer about the calling user, from everything the agent knows."""
     args = parse_arguments(CHAT, ChatArguments, arguments)
-    current = context.settings()
-    client = honcho.read_client(context.honcho_target(), timeout_s=current.chat_timeout_s)
-    answer = honcho.chat(
+    current = deployment.settings()
+    client = adapter.read_client(deployment.honcho_target(), timeout_s=current.chat_timeout_s)
+    answer = adapter.chat(
         client,
         current.agent_peer_id,
         ids.peer_id(owner),
@@ -106,22 +107,22 @@ def honcho_chat(context: Context, owner: str | None, arguments: Any) -> dict[str
     return {"answer": answer, "reasoning_level": args.reasoning_level}
 
 
-def honcho_remember(context: Context, owner: str | None, arguments: Any) -> dict[str, Any]:
+def honcho_remember(deployment: Deployment, owner: str | None, arguments: Any) -> dict[str, Any]:
     """A conclusion of the agent about the calling user, tied to a conversation when given."""
     args = parse_arguments(REMEMBER, RememberArguments, arguments)
-    current = context.settings()
+    current = deployment.settings()
     user = ids.peer_id(owner)
-    client = honcho.write_client(context.honcho_target(timeout_s=current.tool_timeout_s))
+    client = adapter.write_client(deployment.honcho_target(timeout_s=current.tool_timeout_s))
     session_id = None
     note = None
     if args.conversation_id is not None:
-        session_id = _owned_session(context, current, client, user, args.conversation_id)
+        session_id = _owned_session(deployment, current, client, user, args.conversation_id)
         if session_id is None:
             note = (
                 "conversation_id is not one of this user's conversations in memory yet, "
                 "so this was remembered about the user in general"
             )
-    created = honcho.create_conclusion(
+    created = adapter.create_conclusion(
         client, current.agent_peer_id, user, args.content, session_id=session_id
     )
     result: dict[str, Any] = {
@@ -145,7 +146,7 @@ class Tool:
     name: str
     description: str
     arguments: type[ToolArguments]
-    run: Callable[[Context, str | None, Any], dict[str, Any]]
+    run: Callable[[Deployment, str | None, Any], dict[str, Any]]
     timeout_s: Callable[[Settings], float]
 
 
@@ -217,12 +218,14 @@ def check_call(name: object, arguments: Any) -> tuple[Tool, dict[str, Any]]:
     return tool, valid.model_dump(mode="json", exclude_none=True)
 
 
-def call_tool(context: Context, name: object, arguments: Any, owner: str | None) -> dict[str, Any]:
+def call_tool(
+    deployment: Deployment, name: object, arguments: Any, owner: str | None
+) -> dict[str, Any]:
     """Run one tool for ``owner``; typed memhoncho errors naming memhoncho and the tool."""
     tool = lookup(name)
     try:
         ids.peer_id(owner)
-        result = tool.run(context, owner, arguments)
+        result = tool.run(deployment, owner, arguments)
     except MemhonchoError as exc:
         log.info(
             "recall tool failed",
@@ -233,10 +236,12 @@ def call_tool(context: Context, name: object, arguments: Any, owner: str | None)
     return result
 
 
-def outcome(context: Context, name: object, arguments: Any, owner: str | None) -> dict[str, Any]:
+def outcome(
+    deployment: Deployment, name: object, arguments: Any, owner: str | None
+) -> dict[str, Any]:
     """``call_tool`` as a JSON-able outcome for the Celery result backend, never raising."""
     try:
-        return {"ok": True, "result": call_tool(context, name, arguments, owner)}
+        return {"ok": True, "result": call_tool(deployment, name, arguments, owner)}
     except MemhonchoError as exc:
         return {"ok": False, "error": error_payload(exc)}
     except Exception as exc:  # a bug must still answer the waiting host, not hang it
@@ -317,7 +322,7 @@ def error_from_payload(payload: Mapping[str, Any]) -> MemhonchoError:
 
 
 def _owned_session(
-    context: Context, current: Settings, client: Any, user: str, conversation_id: str
+    deployment: Deployment, current: Settings, client: Any, user: str, conversation_id: str
 ) -> str | None:
     """The conversation's Honcho session if it exists and the user is in it; else None.
 
@@ -330,13 +335,13 @@ def _owned_session(
         raise InvalidToolCall(f"memhoncho {REMEMBER}: conversation_id: {exc.message}") from None
     session_id = ids.session_id(current.workspace_id, conversation_id)
     try:
-        ledger = read_ledger(context.layout, key)
+        ledger = read_ledger(deployment.layout, key)
     except CorruptFile:
         ledger = None
     if ledger is not None and ledger.session_id:
         session_id = ledger.session_id
     try:
-        members = honcho.session_peer_ids(client, session_id)
+        members = adapter.session_peer_ids(client, session_id)
     except HonchoRejected as exc:
         if exc.status == 404:
             return None
@@ -347,8 +352,8 @@ def _owned_session(
 class _ConversationNames:
     """Honcho session id -> conversation id: from the session id itself, else the ledgers."""
 
-    def __init__(self, context: Context, workspace_id: str) -> None:
-        self.context = context
+    def __init__(self, deployment: Deployment, workspace_id: str) -> None:
+        self.deployment = deployment
         self.prefix = ids.session_id(workspace_id, "x")[:-1]  # "mh<tag>_"
         self._from_ledgers: dict[str, str] | None = None
 
@@ -364,7 +369,7 @@ class _ConversationNames:
         return self._from_ledgers.get(session_id)
 
     def _scan(self) -> Iterator[tuple[str, str]]:
-        layout = self.context.layout
+        layout = self.deployment.layout
         try:
             files = sorted(layout.ledger_dir.glob("*.json"))
         except OSError:

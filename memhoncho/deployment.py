@@ -16,11 +16,11 @@ from memhoncho.settings import Settings
 from memhoncho.store.layout import Layout
 
 if TYPE_CHECKING:
-    from memhoncho.honcho import HonchoTarget
+    from memhoncho.honcho.adapter import HonchoTarget
 
 
 @dataclass(frozen=True)
-class Context:
+class Deployment:
     config_dir: Path
     data_dir: Path
     layout: Layout = field(init=False)
@@ -33,7 +33,7 @@ class Context:
         cls,
         config_dir: str | os.PathLike[str] | None = None,
         data_dir: str | os.PathLike[str] | None = None,
-    ) -> Context:
+    ) -> Deployment:
         """Explicit dirs, else ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR``, else defaults."""
         return cls(settings_module.config_dir(config_dir), settings_module.data_dir(data_dir))
 
@@ -45,7 +45,7 @@ class Context:
 
     def honcho_target(self, timeout_s: float | None = None) -> HonchoTarget:
         """Where and as whom to call Honcho now; MissingApiKey when no key is configured."""
-        from memhoncho.honcho import HonchoTarget
+        from memhoncho.honcho.adapter import HonchoTarget
 
         key = self.api_key()
         if key is None:

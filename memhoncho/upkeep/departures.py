@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from memhoncho import ids
-from memhoncho.context import Context
+from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile
 from memhoncho.store.atomic import fsync_dir, write_json
 from memhoncho.store.layout import Layout
@@ -63,8 +63,8 @@ def _cache_keys(layout: Layout) -> Iterable[str]:
     return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
 
 
-def _purge(context: Context, owner: str | None, departure: Departure) -> None:
-    layout = context.layout
+def _purge(deployment: Deployment, owner: str | None, departure: Departure) -> None:
+    layout = deployment.layout
     outbox = Outbox(layout)
     owners: dict[str, bool] = {}  # key -> this user owns the conversation
     for key in layout.conversation_keys():
@@ -99,14 +99,14 @@ def _purge(context: Context, owner: str | None, departure: Departure) -> None:
         fsync_dir(layout.cache_dir)
 
 
-def user_deleted(context: Context, owner: str | None, *, purge: bool = False) -> Departure:
+def user_deleted(deployment: Deployment, owner: str | None, *, purge: bool = False) -> Departure:
     """Record that ``owner`` left; with ``purge`` remove their pending records and caches here."""
     peer = ids.peer_id(owner)  # refuses a malformed name before anything changes
     departure = Departure(peer_id=peer, at=time.time(), purged=purge)
     if purge:
-        _purge(context, owner, departure)
+        _purge(deployment, owner, departure)
     departure.conversations.sort()
-    write_json(context.layout.departures_dir / f"{peer}.json", departure.as_dict())
+    write_json(deployment.layout.departures_dir / f"{peer}.json", departure.as_dict())
     log.warning(
         "user departed" + (" and was purged locally" if purge else ""),
         extra={

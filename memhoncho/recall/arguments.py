@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memhoncho import ids
 from memhoncho.errors import InvalidToolCall
-from memhoncho.honcho import ReasoningLevel
+from memhoncho.honcho.adapter import ReasoningLevel
 
 MAX_SEARCH_QUERY_CHARS = 2_000  # a search query is a few words; longer is a mistake
 MAX_CHAT_QUERY_CHARS = 10_000  # Honcho answers 422 past this (HONCHO.md, "Limits")

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from memhoncho.models import Ledger
-from memhoncho.store import summary_file
+from memhoncho.status import census_file as summary_file
 from memhoncho.store.atomic import write_bytes
 from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import parse

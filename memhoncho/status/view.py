@@ -1,6 +1,6 @@
 """The status view: task results joined with the store's census and the broker's queue depths.
 
-``status_view(context)`` never raises and never shows a silent zero: a bucket whose files or
+``status_view(deployment)`` never raises and never shows a silent zero: a bucket whose files or
 server cannot be read says ``"state": "degraded"`` with its reasons, and a figure that is not
 known is ``None``. It stays cheap (the store census is cached by file stat).
 """
@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from memhoncho import results, routing, status_render
-from memhoncho.context import Context
+from memhoncho import routing
+from memhoncho.deployment import Deployment
+from memhoncho.results import store as results
 from memhoncho.settings import Settings
-from memhoncho.store.summary import Census, SummaryCache
+from memhoncho.status import render
+from memhoncho.status.census import Census, SummaryCache
 
 BROKER_TIMEOUT_S = 0.5  # seconds; a broker that is down answers "degraded", not a hang
 REDIS_PRIORITY_SEP = "\x06\x16"  # kombu's Redis transport: queue key of priority n is q+sep+n
@@ -59,10 +61,10 @@ def broker_kind(current: Settings) -> str:
     return "redis" if results.is_redis(current.broker_url) else "other"
 
 
-def config_summary(context: Context, current: Settings) -> dict[str, Any]:
+def config_summary(deployment: Deployment, current: Settings) -> dict[str, Any]:
     return {
         "state": OK,
-        "configured": context.api_key() is not None,
+        "configured": deployment.api_key() is not None,
         "honcho_host": honcho_host(current.base_url),
         "workspace": current.workspace_id,
         "broker": broker_kind(current),
@@ -91,9 +93,9 @@ def read_marker(path: Path) -> tuple[float | None, str | None]:
     return float(stamp), None
 
 
-def last_delivery(context: Context, census: Census) -> dict[str, Any]:
+def last_delivery(deployment: Deployment, census: Census) -> dict[str, Any]:
     """The marker and the ledgers' newest delivery: the newer wins; neither is ever guessed."""
-    marker_at, marker_error = read_marker(context.layout.last_delivery)
+    marker_at, marker_error = read_marker(deployment.layout.last_delivery)
     ledgers_at = census.newest_delivery_at
     candidates = [(t, s) for t, s in ((marker_at, "marker"), (ledgers_at, "ledgers")) if t]
     at, source = max(candidates) if candidates else (None, None)
@@ -133,15 +135,15 @@ def outbox_bucket(census: Census, now: float) -> dict[str, Any]:
     )
 
 
-def forks_bucket(context: Context) -> dict[str, Any]:
+def forks_bucket(deployment: Deployment) -> dict[str, Any]:
     """Pending fork records and how resolved ones began (the forks module's own summary)."""
-    from memhoncho.forks import fork_summary
+    from memhoncho.delivery.forks import fork_summary
 
-    return {"state": OK, **fork_summary(context.layout)}
+    return {"state": OK, **fork_summary(deployment.layout)}
 
 
-def departures_bucket(context: Context) -> dict[str, Any]:
-    directory = context.layout.departures_dir
+def departures_bucket(deployment: Deployment) -> dict[str, Any]:
+    directory = deployment.layout.departures_dir
     errors: list[str] = []
     notices: list[dict[str, Any]] = []
     try:
@@ -203,7 +205,7 @@ def _filesystem_depths(queue_dir: Path, names: list[str]) -> dict[str, int]:
     return depths
 
 
-def queues_bucket(context: Context, current: Settings) -> dict[str, Any]:
+def queues_bucket(deployment: Deployment, current: Settings) -> dict[str, Any]:
     names = queue_names(current)
     kind = broker_kind(current)
     try:
@@ -211,7 +213,7 @@ def queues_bucket(context: Context, current: Settings) -> dict[str, Any]:
             assert current.broker_url is not None
             depths = _redis_depths(current.broker_url, names)
         elif kind == "embedded":
-            depths = _filesystem_depths(context.layout.broker_dir / "queue", names)
+            depths = _filesystem_depths(deployment.layout.broker_dir / "queue", names)
         else:
             return _bucket([f"queue depths are not read from a {kind} broker"], depths=None)
     except FileNotFoundError:
@@ -224,9 +226,9 @@ def queues_bucket(context: Context, current: Settings) -> dict[str, Any]:
 # ---- tasks -------------------------------------------------------------------------------
 
 
-def tasks_bucket(context: Context, current: Settings, now: float) -> dict[str, Any]:
+def tasks_bucket(deployment: Deployment, current: Settings, now: float) -> dict[str, Any]:
     try:
-        store = results.store_for(current.broker_url, context.data_dir)
+        store = results.store_for(current.broker_url, deployment.data_dir)
         found = store.all()
         beats = store.live_beats(now)
     except Exception as exc:
@@ -244,15 +246,15 @@ def tasks_bucket(context: Context, current: Settings, now: float) -> dict[str, A
 class StatusReader:
     """Builds the view; keep one for repeated reads (the HTTP server) to reuse its cache."""
 
-    def __init__(self, context: Context) -> None:
-        self.context = context
-        self._summary = SummaryCache(context.layout)
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+        self._summary = SummaryCache(deployment.layout)
 
     def read(self) -> dict[str, Any]:
         now = time.time()
-        context = self.context
+        deployment = self.deployment
         try:
-            current = context.settings()
+            current = deployment.settings()
         except Exception as exc:
             return {"state": DEGRADED, "degraded": ["config"], "reasons": [type(exc).__name__]}
         census_error = ""
@@ -262,10 +264,10 @@ class StatusReader:
             census = None
             census_error = type(exc).__name__
         view: dict[str, Any] = {"generated_at": now}
-        view["config"] = _guarded("config", lambda: config_summary(context, current))
+        view["config"] = _guarded("config", lambda: config_summary(deployment, current))
         if census is not None:
             c = census
-            view["last_delivery"] = _guarded("last_delivery", lambda: last_delivery(context, c))
+            view["last_delivery"] = _guarded("last_delivery", lambda: last_delivery(deployment, c))
             view["outbox"] = outbox_bucket(c, now)
             view["ledgers"] = _bucket(c.ledger_errors, count=c.ledgers, honcho_sessions=c.sessions)
             view["dead_letters"] = _bucket(
@@ -277,10 +279,10 @@ class StatusReader:
         else:
             for name in ("last_delivery", "outbox", "ledgers", "dead_letters", "quarantine"):
                 view[name] = _bucket([f"store census failed ({census_error})"])
-        view["forks"] = _guarded("forks", lambda: forks_bucket(context))
-        view["departures"] = _guarded("departures", lambda: departures_bucket(context))
-        view["queues"] = _guarded("queues", lambda: queues_bucket(context, current))
-        view["tasks"] = _guarded("tasks", lambda: tasks_bucket(context, current, now))
+        view["forks"] = _guarded("forks", lambda: forks_bucket(deployment))
+        view["departures"] = _guarded("departures", lambda: departures_bucket(deployment))
+        view["queues"] = _guarded("queues", lambda: queues_bucket(deployment, current))
+        view["tasks"] = _guarded("tasks", lambda: tasks_bucket(deployment, current, now))
         view["last_delivery_at"] = view["last_delivery"].get("at")
         degraded = sorted(
             name for name, b in view.items() if isinstance(b, dict) and b.get("state") == DEGRADED
@@ -290,11 +292,11 @@ class StatusReader:
         return view
 
 
-def status_view(context: Context) -> dict[str, Any]:
+def status_view(deployment: Deployment) -> dict[str, Any]:
     """The status view, once (the CLI); never raises."""
-    return StatusReader(context).read()
+    return StatusReader(deployment).read()
 
 
 def render_table(view: dict[str, Any]) -> str:
     """The view as the readable table ``memhoncho status`` prints."""
-    return status_render.table(view)
+    return render.table(view)

@@ -1,0 +1,1 @@
+"""Results: every memhoncho task's last start, success and error, and its counts."""
