@@ -14,7 +14,7 @@ import yaml
 
 from memhoncho import cli, routing
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
 CELERY_PREFIX = ["celery", "-A", "memhoncho.celery_app"]
 CELERY_EXTENSION_COMMANDS = {"flower"}  # installed with the [flower] extra in the image
