@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from memhoncho.redaction import check_pattern
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,27 @@ class Settings(BaseModel):
     sweep_interval_s: float = Field(900.0, gt=0)
     refresh_interval_s: float = Field(600.0, gt=0)
     status_token: str | None = None
+    #: regular expressions redacted at capture besides the defaults (``redaction.py``); in the
+    #: environment, a JSON list. A pattern that does not compile makes the whole setting
+    #: invalid (named by doctor, defaults kept), never a crash at capture.
+    redact_patterns: tuple[str, ...] = Field((), max_length=100)
+
+    @field_validator("redact_patterns", mode="before")
+    @classmethod
+    def _patterns_from_json(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from MEMHONCHO_REDACT_PATTERNS
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ValueError("must be a JSON list of regular expressions") from None
+        return value
+
+    @field_validator("redact_patterns")
+    @classmethod
+    def _patterns_compile(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            check_pattern(pattern)
+        return value
 
 
 DEFAULTS = Settings()
