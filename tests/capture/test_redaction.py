@@ -1,4 +1,4 @@
-"""Secret redaction at capture: a planted key is on no disk, never reaches Honcho, is only counted."""
+"""Secret redaction at capture: a planted key is on no disk, not in Honcho, only counted."""
 
 from __future__ import annotations
 
