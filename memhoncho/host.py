@@ -61,6 +61,7 @@ class Host:
         self._closed = False
         self._hints = HintPool()
         self.celery()  # build the client now, so the first capture pays no import or setup
+        redaction.redactor()  # compile the default patterns now, for the same reason
 
     # ---- capture ------------------------------------------------------------------------
 

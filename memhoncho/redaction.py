@@ -79,11 +79,7 @@ class Redactor:
     """The patterns compiled once; ``redact`` searches each pattern's triggers, then runs it."""
 
     def __init__(self, extra: Sequence[str] = ()) -> None:
-        self._patterns = [
-            _Pattern(compiled, triggers, bool(compiled.flags & re.IGNORECASE))
-            for _, triggers, regex in DEFAULT_PATTERNS
-            if (compiled := re.compile(regex))
-        ] + [_Pattern(re.compile(regex), (), False) for regex in extra]
+        self._patterns = _defaults() + [_Pattern(re.compile(regex), (), False) for regex in extra]
 
     def redact(self, text: str) -> tuple[str, int]:
         """``text`` with every secret replaced by ``[REDACTED]``, and how many were."""
@@ -104,6 +100,16 @@ class Redactor:
                 total += found
                 lowered = None  # the text changed
         return text, total
+
+
+@functools.cache
+def _defaults() -> list[_Pattern]:
+    """The default patterns, compiled once per process (shared by every redactor)."""
+    return [
+        _Pattern(compiled, triggers, bool(compiled.flags & re.IGNORECASE))
+        for _, triggers, regex in DEFAULT_PATTERNS
+        if (compiled := re.compile(regex))
+    ]
 
 
 def check_pattern(pattern: object) -> str:
