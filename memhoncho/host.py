@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 from pydantic import ValidationError
 
-from memhoncho import ids
+from memhoncho import ids, redaction
 from memhoncho.capture import build_record, is_selected
 from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile, InvalidEvent
@@ -29,6 +29,7 @@ from memhoncho.recall import remote
 from memhoncho.recall import tools as recall_tools
 from memhoncho.store.ledger import LedgerCache
 from memhoncho.store.outbox import Outbox
+from memhoncho.store.redactions import add_redactions
 
 if TYPE_CHECKING:
     from memhoncho.memory import Sections
@@ -60,6 +61,7 @@ class Host:
         self._closed = False
         self._hints = HintPool()
         self.celery()  # build the client now, so the first capture pays no import or setup
+        redaction.redactor()  # compile the default patterns now, for the same reason
 
     # ---- capture ------------------------------------------------------------------------
 
@@ -75,6 +77,7 @@ class Host:
             user_peer_id=ids.peer_id(run.owner),
             max_message_length=current.max_message_length,
             captured_at=time.time(),
+            redactor=redaction.redactor(current.redact_patterns),
         )
         if record is None:
             return CaptureResult(status=CaptureStatus.EMPTY)
@@ -85,6 +88,7 @@ class Host:
             max_pending=current.max_pending_batches,
             delivered_seq=lambda: self._delivered_seq(key),
             delivered_before=lambda batch: self._delivered_before(key, batch),
+            delivered_digest=lambda batch: self._delivered_digest(key, batch),
             max_bytes=current.max_batch_bytes,
             # The hint is published while the line is fsynced (see hints.py).
             after_write=lambda: hint.append(self._hint_soon(run.conversation_id)),
@@ -92,15 +96,37 @@ class Host:
         if appended.duplicate:
             return CaptureResult(status=CaptureStatus.DUPLICATE, batch_id=record["batch_id"])
         enqueued = settled(hint[0] if hint else None)
+        redactions = int(record.get("redactions", 0))
+        if redactions:
+            self._count_redactions(redactions)
         return CaptureResult(
-            status=CaptureStatus.CAPTURED, batch_id=record["batch_id"], enqueued=enqueued
+            status=CaptureStatus.CAPTURED,
+            batch_id=record["batch_id"],
+            enqueued=enqueued,
+            redactions=redactions,
         )
+
+    def _count_redactions(self, count: int) -> None:
+        """Add to the status view's counter; the capture itself is already durable."""
+        try:
+            add_redactions(self.deployment.layout, count)
+        except OSError as exc:
+            log.warning(
+                "redaction counter not updated",
+                extra={"action": "redaction_count_failed", "error": type(exc).__name__},
+            )
 
     def _delivered_seq(self, key: str) -> int:
         try:
             return self._ledgers.delivered_seq(key)
         except CorruptFile:
             return 0  # the outbox's own clock still orders the new record after the old
+
+    def _delivered_digest(self, key: str, batch_id: str) -> str | None:
+        try:
+            return self._ledgers.delivered_digest(key, batch_id)
+        except CorruptFile:
+            return None  # unknown content: a duplicate, as before digests
 
     def _delivered_before(self, key: str, batch_id: str) -> bool:
         try:
