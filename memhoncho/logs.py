@@ -103,13 +103,25 @@ def wrap_handlers(logger: logging.Logger, style: str) -> None:
 _CLI_HANDLER = "memhoncho-cli"
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at each line (a caller may swap it, as tests do)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def setup_cli(style: str | None) -> None:
     """Warnings and errors of memhoncho's loggers on stderr, fields shown (the CLI)."""
     logger = logging.getLogger(OWN_LOGGER)
     for handler in list(logger.handlers):
         if handler.get_name() == _CLI_HANDLER:
             logger.removeHandler(handler)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.set_name(_CLI_HANDLER)
     handler.setLevel(logging.WARNING)
     handler.setFormatter(FieldsFormatter(logging.Formatter(CLI_FORMAT), style or TEXT))
