@@ -21,8 +21,11 @@ def _print_json(value: Any) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    from memhoncho import progress
+
     module = importlib.import_module(BENCHMARKS[args.name])
-    result = module.run(args)
+    with progress.spinner(f"bench {args.name}"):
+        result = module.run(args)
     _print_json(result)
     return 0
 
@@ -75,11 +78,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """Sweep now, as beat would: deliveries enqueued through this host's broker client."""
+    from memhoncho import progress
     from memhoncho.host import Host
     from memhoncho.upkeep.sweep import sweep
 
-    with Host(args.config_dir, args.data_dir) as host:
-        report = sweep(host.deployment, host.enqueue_delivery)
+    with Host(args.config_dir, args.data_dir) as host, progress.bar("sweep") as advance:
+        report = sweep(host.deployment, host.enqueue_delivery, progress=advance)
     if args.json:
         _print_json(report.model_dump(mode="json"))
     else:
@@ -98,11 +102,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     """Dead letters back into the outbox (all, or one conversation's), then enqueue delivery."""
+    from memhoncho import progress
     from memhoncho.host import Host
     from memhoncho.upkeep.replay import replay
 
-    with Host(args.config_dir, args.data_dir) as host:
-        report = replay(host.deployment, args.conversation, enqueue=host.enqueue_delivery)
+    with Host(args.config_dir, args.data_dir) as host, progress.bar("replay") as advance:
+        report = replay(
+            host.deployment, args.conversation, enqueue=host.enqueue_delivery, progress=advance
+        )
     if args.json:
         _print_json(report.model_dump(mode="json"))
     else:

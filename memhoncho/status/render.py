@@ -80,7 +80,11 @@ def rows(view: dict[str, Any]) -> list[tuple[str, str, str]]:
     consumers = tasks.get("consumers")
     if isinstance(consumers, dict):
         unconsumed = [q for q, n in consumers.items() if not n]
-        rows.append(("tasks", "unconsumed_queues", ", ".join(unconsumed) or "none"))
+        if unconsumed and len(unconsumed) == len(consumers):
+            shown = "all (no live worker)"
+        else:
+            shown = ", ".join(unconsumed) or "none"
+        rows.append(("tasks", "unconsumed_queues", shown))
     for name, task in (tasks.get("tasks") or {}).items():
         error = task.get("last_error_code") or task.get("last_error_type") or "-"
         rows.append(
