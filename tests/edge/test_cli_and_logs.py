@@ -137,3 +137,25 @@ def test_the_drawing_libraries_load_only_in_the_commands_that_draw() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_default_install_brings_flower_prometheus_client_and_rich() -> None:
+    """`pip install -e .` (the README's first command) is enough for `celery ... flower`."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    wanted = {"flower", "prometheus-client", "rich"}
+    default = {
+        Requirement(r).name.lower().replace("_", "-")
+        for r in requires("memhoncho") or []
+        if "extra ==" not in r
+    }
+    assert wanted <= default
+    done = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "memhoncho.celery_app", "flower", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and "No such command" not in done.stderr, done.stderr
