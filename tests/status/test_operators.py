@@ -284,3 +284,26 @@ def test_flower_from_the_default_install_lists_the_worker_and_memhoncho_tasks(
     assert delivered and all(t.get("worker", "").startswith("flower-seen@") for t in delivered)
     session = ids.session_id(workspace_id, "flower-c1")
     assert len(standin.messages(workspace_id, session)) == 2
+
+
+def test_a_worker_with_log_format_json_writes_its_fields_as_json_lines(
+    config_dir: Path,
+    data_dir: Path,
+    live: dict[str, str],
+    standin: HonchoStandIn,
+    workspace_id: str,
+) -> None:
+    env = {**live, "MEMHONCHO_LOG_FORMAT": "json"}
+    conversation = "json-logs-c1"
+    session = ids.session_id(workspace_id, conversation)
+    worker = CeleryProcess("worker", env, queues=ALL_QUEUES)
+    with worker, Host(config_dir, data_dir) as host:
+        assert host.capture(_run(conversation, "r1")).enqueued
+        _wait(lambda: len(standin.messages(workspace_id, session)) == 2, "the delivery")
+        _wait(lambda: "batch_delivered" in worker.log_text(), "the delivery's log line")
+    lines = [json.loads(line) for line in worker.log_text().splitlines() if line.startswith("{")]
+    delivered = [line for line in lines if line.get("action") == "batch_delivered"]
+    assert delivered, worker.log_text()[-3000:]
+    assert delivered[0]["conversation_key"] == ids.conversation_key(conversation)
+    assert delivered[0]["logger"].startswith("memhoncho.") and delivered[0]["level"] == "INFO"
+    assert any(line["logger"].startswith("celery") for line in lines)  # Celery's lines too
