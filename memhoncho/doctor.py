@@ -45,7 +45,7 @@ def check_settings(deployment: Deployment) -> Check:
         return Check(
             "settings",
             FAIL,
-            "; ".join(unreadable) + " (ignored: every value in it takes its default)",
+            "; ".join(unreadable) + " (such a file is ignored: its values take their defaults)",
             "fix the file so that it holds one JSON object, or remove it",
         )
     bad = settings_module.invalid_keys(deployment.config_dir)
