@@ -15,7 +15,7 @@ from typing import Any
 from celery import Celery
 from kombu import Exchange, Queue
 
-from memhoncho import routing
+from memhoncho import logs, routing
 from memhoncho.deployment import Deployment
 from memhoncho.results import store as results
 from memhoncho.settings import Settings
@@ -84,6 +84,7 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
         results.mkdir(parents=True, exist_ok=True)
         backend = f"file://{results}"
     celery = Celery("memhoncho", broker=broker, backend=backend, include=TASK_MODULES)
+    logs.connect_celery(current.log_format)  # fields on memhoncho's log lines in workers
     exchange = Exchange("memhoncho", type="direct")
     queue_names = [
         *routing.deliver_queues(current.partitions),

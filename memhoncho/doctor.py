@@ -40,6 +40,14 @@ class Check:
 
 
 def check_settings(deployment: Deployment) -> Check:
+    unreadable = settings_module.problems(deployment.config_dir)
+    if unreadable:
+        return Check(
+            "settings",
+            FAIL,
+            "; ".join(unreadable) + " (such a file is ignored: its values take their defaults)",
+            "fix the file so that it holds one JSON object, or remove it",
+        )
     bad = settings_module.invalid_keys(deployment.config_dir)
     if bad:
         return Check(
@@ -114,7 +122,12 @@ def check_broker(deployment: Deployment, app: Any) -> Check:
 
 
 def check_workers(deployment: Deployment, app: Any) -> Check:
-    wanted = routing.deliver_queues(deployment.settings().partitions)
+    """Some worker consumes every queue: deliver.N, recall (the tools) and maintenance (sweep)."""
+    wanted = [
+        *routing.deliver_queues(deployment.settings().partitions),
+        routing.RECALL_QUEUE,
+        routing.MAINTENANCE_QUEUE,
+    ]
     try:
         replies = app.control.inspect(timeout=INSPECT_TIMEOUT_S).active_queues() or {}
     except Exception as exc:
@@ -135,7 +148,9 @@ def check_workers(deployment: Deployment, app: Any) -> Check:
             "(and memhoncho.recall,memhoncho.maintenance)",
         )
     return Check(
-        "workers", PASS, f"{len(replies)} worker(s) consume all {len(wanted)} deliver queues"
+        "workers",
+        PASS,
+        f"{len(replies)} worker(s) consume all {len(wanted)} queues (deliver, recall, maintenance)",
     )
 
 

@@ -3,7 +3,9 @@
 Celery's task signals feed one ``ResultsStore``: a Redis hash per task name
 (``memhoncho:results:<task>``) when the broker is Redis, else a small JSON file under the data
 directory (embedded broker, one machine). Beat processes also write a heartbeat, so ``doctor``
-can tell "no beat" and "two beats" apart. ``connect(app)`` wires it; nothing happens at import.
+can tell "no beat" and "two beats" apart, and so do workers, with the queues they consume, so
+the status view can tell a queue nobody consumes without asking the workers. ``connect(app)``
+wires it; nothing happens at import.
 
 An error is recorded as its ``MemhonchoError`` code and message (which never carry a key or
 content) or, for anything else, only its type name.
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 
 KEY_PREFIX = "memhoncho:results:"
 BEAT_KEY_PREFIX = "memhoncho:beat:"
+WORKER_KEY_PREFIX = "memhoncho:worker:"
 TASK_PREFIX = "memhoncho."  # only memhoncho's own tasks are recorded
 BEAT_HEARTBEAT_S = 15.0  # seconds between a beat's heartbeats
 BEAT_STALE_S = 60.0  # a heartbeat older than this is a beat that is gone
@@ -105,6 +108,9 @@ class ResultsStore(Protocol):
     def beat_heartbeat(self, beat_id: str, at: float) -> None: ...
     def beat_gone(self, beat_id: str) -> None: ...
     def live_beats(self, now: float) -> dict[str, float]: ...
+    def worker_heartbeat(self, worker_id: str, at: float, queues: list[str]) -> None: ...
+    def worker_gone(self, worker_id: str) -> None: ...
+    def live_workers(self, now: float) -> dict[str, list[str]]: ...
 
 
 def _error_fields(at: float, error: ErrorSummary) -> dict[str, Any]:
@@ -183,6 +189,31 @@ class RedisResults:
             if value is not None and now - float(value) <= BEAT_STALE_S:
                 beats[key[len(BEAT_KEY_PREFIX) :]] = float(value)
         return beats
+
+    def worker_heartbeat(self, worker_id: str, at: float, queues: list[str]) -> None:
+        value = json.dumps({"at": at, "queues": queues})
+        self.client.set(WORKER_KEY_PREFIX + worker_id, value, ex=int(BEAT_STALE_S))
+
+    def worker_gone(self, worker_id: str) -> None:
+        self.client.delete(WORKER_KEY_PREFIX + worker_id)
+
+    def live_workers(self, now: float) -> dict[str, list[str]]:
+        workers = {}
+        for key in self.client.scan_iter(match=WORKER_KEY_PREFIX + "*", count=200):
+            raw = self.client.get(key)
+            worker = _live_worker(raw and json.loads(raw), now)
+            if worker is not None:
+                workers[key[len(WORKER_KEY_PREFIX) :]] = worker
+        return workers
+
+
+def _live_worker(value: Any, now: float) -> list[str] | None:
+    """The queues of a worker heartbeat that is fresh, else None."""
+    if not isinstance(value, dict) or not isinstance(value.get("at"), int | float):
+        return None
+    if now - float(value["at"]) > BEAT_STALE_S:
+        return None
+    return [str(q) for q in value.get("queues") or []]
 
 
 class FileResults:
@@ -277,6 +308,26 @@ class FileResults:
         beats = self._read()["beats"]
         return {b: float(t) for b, t in beats.items() if now - float(t) <= BEAT_STALE_S}
 
+    def worker_heartbeat(self, worker_id: str, at: float, queues: list[str]) -> None:
+        def change(state: dict[str, Any]) -> None:
+            workers = state.setdefault("workers", {})
+            for other in [w for w in workers if _live_worker(workers[w], at) is None]:
+                del workers[other]
+            workers[worker_id] = {"at": at, "queues": queues}
+
+        self._update(change)
+
+    def worker_gone(self, worker_id: str) -> None:
+        self._update(lambda state: state.setdefault("workers", {}).pop(worker_id, None))
+
+    def live_workers(self, now: float) -> dict[str, list[str]]:
+        found = {}
+        for worker_id, value in (self._read().get("workers") or {}).items():
+            worker = _live_worker(value, now)
+            if worker is not None:
+                found[worker_id] = worker
+        return found
+
 
 def is_redis(url: str | None) -> bool:
     return bool(url) and str(url).startswith(("redis://", "rediss://", "unix://"))
@@ -310,6 +361,9 @@ class _Recorder:
         self._pid = 0
         self._beat_stop = threading.Event()
         self._beat_id = f"{socket.gethostname()}:{os.getpid()}"
+        self._worker_stop = threading.Event()
+        self._worker_id = ""
+        self._worker_queues: list[str] = []
 
     def store(self) -> ResultsStore:
         if self._store is None or self._pid != os.getpid():
@@ -389,6 +443,32 @@ class _Recorder:
         self._beat_stop.set()
         self._safely("beat_gone", lambda s: s.beat_gone(self._beat_id))
 
+    def worker_ready(self, sender: Any = None, **_: Any) -> None:
+        """In a worker's main process: heartbeat with its queues, every BEAT_HEARTBEAT_S."""
+        hostname = getattr(sender, "hostname", None) or socket.gethostname()
+        self._worker_id = f"{hostname}:{os.getpid()}"
+        self._worker_queues = sorted(self.app.amqp.queues.consume_from)  # names, after -Q
+        self._worker_beat()
+        thread = threading.Thread(
+            target=self._worker_loop, name="memhoncho-worker-heartbeat", daemon=True
+        )
+        thread.start()
+
+    def _worker_beat(self) -> None:
+        self._safely(
+            "worker",
+            lambda s: s.worker_heartbeat(self._worker_id, time.time(), self._worker_queues),
+        )
+
+    def _worker_loop(self) -> None:
+        while not self._worker_stop.wait(BEAT_HEARTBEAT_S):
+            self._worker_beat()
+
+    def worker_stopped(self, **_: Any) -> None:
+        if self._worker_id:
+            self._worker_stop.set()
+            self._safely("worker_gone", lambda s: s.worker_gone(self._worker_id))
+
 
 def connect(app: Any) -> None:
     """Record every memhoncho task of ``app`` from Celery's signals; beats send heartbeats."""
@@ -411,4 +491,10 @@ def connect(app: Any) -> None:
     )
     signals.beat_embedded_init.connect(
         recorder.beat_started, weak=False, dispatch_uid="memhoncho.results.beat_embedded"
+    )
+    signals.worker_ready.connect(
+        recorder.worker_ready, weak=False, dispatch_uid="memhoncho.results.worker_ready"
+    )
+    signals.worker_shutdown.connect(
+        recorder.worker_stopped, weak=False, dispatch_uid="memhoncho.results.worker_shutdown"
     )

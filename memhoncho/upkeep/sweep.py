@@ -43,6 +43,7 @@ from memhoncho.store.sweep_index import file_stamp, load_index, outbox_stamps, s
 log = logging.getLogger(__name__)
 
 DAY_S = 86_400.0  # seconds in a day
+PROGRESS_EVERY = 64  # conversations between progress calls: a bar costs nothing per unchanged one
 NOT_ENQUEUED = "ERR_NOT_ENQUEUED"  # the delivery hint could not be published
 UNEXPECTED = "ERR_UNEXPECTED"  # an exception outside memhoncho's error tree
 RETENTION_REASON = "retention"
@@ -106,8 +107,17 @@ class SweepReport(BaseModel):
         )
 
 
-def sweep(deployment: Deployment, enqueue: Enqueue, *, now: float | None = None) -> SweepReport:
-    """Resolve forks, re-drive pending deliveries, compact; never raises for one conversation."""
+def sweep(
+    deployment: Deployment,
+    enqueue: Enqueue,
+    *,
+    now: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SweepReport:
+    """Resolve forks, re-drive pending deliveries, compact; never raises for one conversation.
+
+    ``progress(done, total)`` is called as conversations are looked at (``memhoncho sweep``).
+    """
     started = time.monotonic()
     now = time.time() if now is None else now
     report = SweepReport(started_at=now)
@@ -121,7 +131,9 @@ def sweep(deployment: Deployment, enqueue: Enqueue, *, now: float | None = None)
     index = load_index(layout)
     clean: dict[str, list[int]] = {}
     unchanged = looked_clean = 0  # counted here: a pydantic field assignment costs more
-    for key, stamp in stamps.items():
+    for done, (key, stamp) in enumerate(stamps.items()):
+        if progress is not None and done % PROGRESS_EVERY == 0:
+            progress(done, report.listed)
         if index.get(key) == stamp:
             unchanged += 1
             clean[key] = stamp
@@ -138,6 +150,8 @@ def sweep(deployment: Deployment, enqueue: Enqueue, *, now: float | None = None)
             report.conversations.append(swept)
             _add_up(report, swept)
     report.unchanged, report.clean = unchanged, looked_clean
+    if progress is not None:
+        progress(report.listed, report.listed)
     if clean != index:
         try:
             save_index(layout, clean)
