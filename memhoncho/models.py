@@ -127,3 +127,6 @@ class Ledger(BaseModel):
     clone_intent: dict[str, str] | None = None  #: written before a clone call
     #: the newest failed delivery ``{code, message, at}``; cleared by the next success
     last_error: dict[str, Any] | None = None
+    #: Honcho failures in a row with no message delivered between them (the delivery task
+    #: gives up at ``tasks.DELIVER_MAX_FAILURES``; the sweep re-drives the records later)
+    failures: int = 0
