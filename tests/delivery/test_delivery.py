@@ -12,7 +12,7 @@ import pytest
 from memhoncho import ids
 from memhoncho.capture import OUTBOX_ID_KEY
 from memhoncho.delivery import forks
-from memhoncho.delivery.engine import DeliveryState, deliver_conversation
+from memhoncho.delivery.engine import DeliveryState, deliver_conversation, failures_in_a_row
 from memhoncho.deployment import Deployment
 from memhoncho.errors import (
     HonchoRateLimited,
@@ -301,6 +301,23 @@ def test_a_server_error_keeps_the_mark_and_the_retry_sends_each_message_once(
     assert len(ledger(deployment).in_flight) == 4
     deliver_conversation(deployment, CONVERSATION)
 
+    assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 2)
+
+
+def test_the_ledger_counts_honcho_failures_in_a_row_until_a_message_is_delivered(
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
+) -> None:
+    capture(host, range(2))
+    standin.faults.add("http_503", path_contains="/messages", count=3)
+
+    for expected in (1, 2, 3):
+        with pytest.raises(HonchoUnavailable):
+            deliver_conversation(deployment, CONVERSATION)
+        assert failures_in_a_row(deployment, CONVERSATION) == expected
+    deliver_conversation(deployment, CONVERSATION)
+
+    assert failures_in_a_row(deployment, CONVERSATION) == 0
+    assert ledger(deployment).failures == 0
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 2)
 
 
