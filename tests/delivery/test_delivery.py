@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,30 +38,19 @@ FAST_TIMEOUT_S = 0.5  # seconds: the client's Honcho timeout where a timeout fau
 FAULT_SLEEP_S = 1.0  # seconds a timeout fault holds the request: past FAST_TIMEOUT_S
 
 
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(api_key=KEY) as running:
-        yield running
+pytestmark = pytest.mark.standin(api_key=KEY)
 
 
 @pytest.fixture
-def deployment(
-    config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str
-) -> Deployment:
-    write_settings(
-        config_dir,
-        base_url=standin.url,
-        workspace_id=workspace_id,
-        honcho_timeout_s=FAST_TIMEOUT_S,
-    )
+def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "base_url": standin.url,
+        "workspace_id": workspace_id,
+        "honcho_timeout_s": FAST_TIMEOUT_S,
+    }
+    write_settings(config_dir, **values)
     write_api_key(config_dir, KEY)
-    return Deployment(config_dir, data_dir)
-
-
-@pytest.fixture
-def host(deployment: Deployment) -> Iterator[Host]:
-    with Host(deployment.config_dir, deployment.data_dir) as running:
-        yield running
+    return values
 
 
 def capture(host: Host, runs: range, conversation: str = CONVERSATION, **options: Any) -> None:

@@ -31,8 +31,6 @@ from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.runs import expected_texts, run_event
 from memhoncho.upkeep.sweep import sweep
 
-pytestmark = pytest.mark.slow
-
 KEY = "sk-delivery-workers-key"
 OWNER = "ana@example.com"
 CAPTURE_THREADS = 6
@@ -41,12 +39,7 @@ SETTLE_TIMEOUT_S = 240.0  # seconds the workers get to deliver everything
 #: (pool, concurrency) of the workers of the mixed fleet: 4 processes, 3 pool shapes
 MIXED_FLEET = (("prefork", 1), ("prefork", 1), ("prefork", 2), ("threads", 2))
 KILLABLE_FLEET = (("prefork", 2), ("prefork", 2), ("prefork", 1), ("threads", 2))
-
-
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(api_key=KEY) as running:
-        yield running
+pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=KEY)]
 
 
 @pytest.fixture
@@ -62,12 +55,6 @@ def settings(
     write_settings(config_dir, **values)
     write_api_key(config_dir, KEY)
     return values
-
-
-@pytest.fixture
-def host(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Iterator[Host]:
-    with Host(config_dir, data_dir) as running:
-        yield running
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,35 +48,20 @@ PARENT_TEXTS = ["p-u1", "p-a2", "p-u3", "p-a4", "p-u5", "p-a6"]
 
 
 @pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn() as running:
-        yield running
-
-
-@pytest.fixture
-def deployment(
-    config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
-) -> Deployment:
+def settings(
+    config_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
+) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "base_url": standin.url,
+        "workspace_id": workspace_id,
+        "broker_url": redis_url,
+        "honcho_timeout_s": HONCHO_TIMEOUT_S,
+        "anchor_window": 10,
+    }
     (config_dir / "settings").mkdir(parents=True, exist_ok=True)
-    (config_dir / "settings" / "memhoncho.json").write_text(
-        json.dumps(
-            {
-                "base_url": standin.url,
-                "workspace_id": workspace_id,
-                "broker_url": redis_url,
-                "honcho_timeout_s": HONCHO_TIMEOUT_S,
-                "anchor_window": 10,
-            }
-        )
-    )
+    (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(values))
     write_api_key(config_dir, API_KEY)
-    return Deployment(config_dir, data_dir)
-
-
-@pytest.fixture
-def host(deployment: Deployment) -> Iterator[Host]:
-    with Host(deployment.config_dir, deployment.data_dir) as running:
-        yield running
+    return values
 
 
 def _worker(deployment: Deployment, standin: HonchoStandIn, **options: Any) -> CeleryProcess:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from memhoncho.testing.config import write_api_key
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 
 KEY = "sk-operations-test-key"
+pytestmark = pytest.mark.standin(api_key=KEY)
 WAIT_S = 60.0  # generous: only a hang fails
 
 
@@ -52,12 +52,6 @@ def test_doctor_fails_a_broken_setup_and_says_what_to_do(
     assert cli.main(["doctor"]) == 1
     out = capsys.readouterr().out
     assert "FAIL  api_key" in out and "->" in out
-
-
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(api_key=KEY) as running:
-        yield running
 
 
 @pytest.fixture

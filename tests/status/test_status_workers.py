@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,8 @@ from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 
-pytestmark = pytest.mark.slow
-
 KEY = "sk-status-workers-key"
+pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=KEY)]
 CONVERSATION = "status-c1"
 WAIT_S = 120.0  # generous: only a hang fails
 POLL_S = 0.2
@@ -38,12 +36,6 @@ def _run(run: str) -> dict[str, Any]:
             "answer": {"entry_id": 2, "content": [{"type": "text", "text": f"answer {run}"}]},
         },
     }
-
-
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(api_key=KEY) as running:
-        yield running
 
 
 @pytest.fixture
