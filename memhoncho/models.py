@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_serializer
 
 MAX_RUN_ID_LEN = 256  # characters
 MAX_INPUTS = 1000  # user inputs in one run
@@ -84,13 +84,9 @@ class CaptureResult(BaseModel):
     enqueued: bool = False
 
 
-class RecordState(StrEnum):
-    """Where an outbox record is in its life."""
-
-    PENDING = "pending"  #: on disk, not yet known to Honcho
-    IN_FLIGHT = "in-flight"  #: a send began; Honcho may or may not hold it
-    DELIVERED = "delivered"  #: Honcho holds every message of the batch
-    DEAD = "dead"  #: past retention, moved to the dead-letter file
+#: how a forked conversation's session began: a clone of the parent at an anchor, or fresh
+#: because the anchor left the window, the parent had nothing, was unknown, or never came
+ForkOutcome = Literal["clone", "none-window", "none-empty", "none-unknown-parent", "none-timeout"]
 
 
 class ForkDecision(BaseModel):
@@ -98,11 +94,52 @@ class ForkDecision(BaseModel):
 
     parent_id: str
     at_entry: int
-    outcome: Literal["clone", "none-window", "none-empty", "none-unknown-parent", "none-timeout"]
+    outcome: ForkOutcome
     anchor_entry: int | None = None
     parent_session_id: str | None = None
     decided_at: float
     reason: str | None = None  #: why, in words an operator reads in the status view
+
+
+class CloneStage(StrEnum):
+    """How far a child's clone of its parent has come (``delivery.clone``)."""
+
+    PREPARED = "prepared"  #: intent written; no clone request sent yet
+    CLONING = "cloning"  #: a clone request may have been sent; look before cloning again
+    CLONED = "cloned"  #: the clone's id is known
+
+
+class CloneIntent(BaseModel):
+    """A clone under way, in the child's ledger before any clone call, so a worker killed
+    at any step resumes it instead of cloning twice.
+
+    Stored as strings only (``anchor_entry`` and ``at`` too, as they always were), so every
+    ledger written before or after reads the same; ``clone_session_id`` only once known.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    parent_session_id: str
+    anchor_entry: int  #: the child's fork entry's anchor in the parent
+    anchor_message_id: str  #: the parent's Honcho message the clone is cut at
+    tag: str  #: unique: marks the parent, then the clone, so a lost clone is found again
+    stage: CloneStage
+    at: float  #: Unix seconds the stage was entered
+    clone_session_id: str | None = None
+
+    @model_serializer(mode="plain")
+    def _as_strings(self) -> dict[str, str]:
+        stored = {
+            "parent_session_id": self.parent_session_id,
+            "anchor_entry": str(self.anchor_entry),
+            "anchor_message_id": self.anchor_message_id,
+            "tag": self.tag,
+            "stage": str(self.stage),
+            "at": repr(self.at),
+        }
+        if self.clone_session_id is not None:
+            stored["clone_session_id"] = self.clone_session_id
+        return stored
 
 
 class Ledger(BaseModel):
@@ -124,7 +161,7 @@ class Ledger(BaseModel):
     first_delivered_at: float | None = None
     last_delivered_at: float | None = None
     fork: ForkDecision | None = None
-    clone_intent: dict[str, str] | None = None  #: written before a clone call
+    clone_intent: CloneIntent | None = None  #: written before a clone call
     #: the newest failed delivery ``{code, message, at}``; cleared by the next success
     last_error: dict[str, Any] | None = None
     #: Honcho failures in a row with no message delivered between them (the delivery task

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from memhoncho import ids
 from memhoncho.delivery.clone import Clone, reached
@@ -30,7 +30,7 @@ from memhoncho.errors import (
     LockBusy,
     MemhonchoError,
 )
-from memhoncho.models import ForkDecision, Ledger
+from memhoncho.models import ForkDecision, ForkOutcome, Ledger
 from memhoncho.store import forks as fork_store
 from memhoncho.store.forks import ForkRecord, append_decision, read_fork, remove_fork
 from memhoncho.store.layout import Layout
@@ -60,7 +60,6 @@ __all__ = [
 ]
 
 pending_fork_keys = fork_store.pending_fork_keys
-Outcome = Literal["clone", "none-window", "none-empty", "none-unknown-parent", "none-timeout"]
 
 
 # ---- the host's side --------------------------------------------------------------------
@@ -123,7 +122,7 @@ class ParentView:
 class ForkPlan:
     """Wait (``outcome`` None), clone at ``anchor``, or start fresh; ``reason`` says why."""
 
-    outcome: Outcome | None
+    outcome: ForkOutcome | None
     reason: str
     anchor: tuple[int, str] | None = None
 
