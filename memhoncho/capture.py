@@ -12,7 +12,7 @@ import hashlib
 from typing import Any
 
 from memhoncho.errors import InvalidEvent
-from memhoncho.models import Answered, RunEvent, SelectionChange
+from memhoncho.models import Answered, OutboxMessage, Record, RunEvent, SelectionChange
 
 SELECTION_NAME = "memhoncho"  # the name a host's selection lists to include memhoncho
 OUTBOX_ID_KEY = "memhoncho_outbox_id"  # metadata key Honcho messages carry for dedup
@@ -47,7 +47,7 @@ def _check_unicode(text: str, what: str = "a text") -> None:
         raise InvalidEvent(f"{what} is not valid Unicode (lone surrogate)") from None
 
 
-def build_messages(event: RunEvent, *, max_message_length: int) -> list[dict[str, Any]]:
+def build_messages(event: RunEvent, *, max_message_length: int) -> list[OutboxMessage]:
     """The messages of the run in delivery order, without their outbox ids."""
     unanswered = not isinstance(event.outcome, Answered)
     entries: list[tuple[str, int, str, dict[str, Any]]] = []
@@ -58,7 +58,7 @@ def build_messages(event: RunEvent, *, max_message_length: int) -> list[dict[str
         answer = event.outcome.answer
         texts = [b.text for b in answer.content if b.type == "text" and b.text]
         entries.append((AGENT, answer.entry_id, ANSWER_JOINER.join(texts), {}))
-    messages: list[dict[str, Any]] = []
+    messages: list[OutboxMessage] = []
     for role, entry_id, text, extra in entries:
         _check_unicode(text)
         parts = split_text(text, max_message_length)
@@ -72,7 +72,7 @@ def build_messages(event: RunEvent, *, max_message_length: int) -> list[dict[str
 
 def build_record(
     event: RunEvent, *, user_peer_id: str, max_message_length: int, captured_at: float
-) -> dict[str, Any] | None:
+) -> Record | None:
     """The outbox record of the run (``seq`` is added by the outbox); None when it is empty."""
     for name, value in (("run id", event.run_id), ("owner", event.owner)):
         if value is not None:

@@ -1,4 +1,5 @@
-"""Pydantic models of what crosses memhoncho's boundaries: the host's runs and the ledger.
+"""The types of what crosses memhoncho's boundaries: the host's runs (pydantic), the ledger
+(pydantic) and the outbox record (a ``TypedDict``: a plain dict on the capture path).
 
 Inputs are strict (no coercion of wrong types, unknown keys refused) so a malformed event is
 refused before anything is written.
@@ -7,7 +8,7 @@ refused before anything is written.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_serializer
 
@@ -167,3 +168,35 @@ class Ledger(BaseModel):
     #: Honcho failures in a row with no message delivered between them (the delivery task
     #: gives up at ``tasks.DELIVER_MAX_FAILURES``; the sweep re-drives the records later)
     failures: int = 0
+
+
+class OutboxMessage(TypedDict, total=False):
+    """One message of a record, in delivery order (``capture.build_messages``)."""
+
+    id: str  #: ``<batch_id>-<index>``: the outbox id Honcho's copy carries for dedup
+    role: str  #: ``user`` or ``agent``
+    entry_id: int  #: the host's transcript entry
+    text: str
+    meta: dict[str, Any]  #: Honcho message metadata (entry, run, part of parts, unanswered)
+
+
+class Record(TypedDict, total=False):
+    """One outbox line's JSON, as ``capture.build_record`` made it and the outbox numbered it.
+
+    A plain dict at run time (a capture encodes it once, with no model in between); the keys
+    are all optional because a line read from disk is checked only for its ``seq``, a mark line
+    (``{"seq": N, "mark": true}``) has nothing else, and dead letters and replays add theirs.
+    """
+
+    seq: int  #: grows within the conversation; the ledger's ``delivered_seq`` compares to it
+    mark: bool  #: a compaction mark: keeps ``seq`` from going back, delivers nothing
+    batch_id: str  #: stable per run (``capture.batch_id``): a second capture is a duplicate
+    conversation_id: str
+    owner: str | None
+    user_peer_id: str
+    run_id: str
+    captured_at: float  #: Unix seconds; starts the retention clock
+    messages: list[OutboxMessage]
+    replayed_at: float  #: set by a replay from the dead letters: restarts the clock
+    dead_at: float  #: in a dead-letter file only
+    dead_reason: str  #: in a dead-letter file only

@@ -11,8 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memhoncho.models import Ledger
-from memhoncho.store.outbox import Record
+from memhoncho.models import Ledger, OutboxMessage, Record
 
 
 @dataclass(frozen=True)
@@ -20,7 +19,7 @@ class Pending:
     """One message still to send, with the record it belongs to."""
 
     record: Record
-    message: dict[str, Any]
+    message: OutboxMessage
 
     @property
     def outbox_id(self) -> str:
