@@ -1,6 +1,6 @@
 """How a delivery's outcome folds into the conversation's ledger: pure, no I/O.
 
-The engine (``delivery.py``) knows which outbox message ids Honcho now holds (sent and
+The engine (``engine``) knows which outbox message ids Honcho now holds (sent and
 answered, or found after an unclear send); ``fold`` turns that into the ledger's
 ``delivered_seq``, the partial record, the delivered-batch window, the anchors and counters.
 """

@@ -4,7 +4,7 @@
 delivery calls ``resolve_pending_fork`` under the child's lock; the sweep calls
 ``resolve_pending_forks`` first. Resolution waits (``ForkWaiting``, bounded by ``fork_wait_s``
 from the record's creation) until the parent has delivered every message at or before the fork
-point, then clones the parent at its anchor (``fork_clone.Clone``) or decides to start fresh.
+point, then clones the parent at its anchor (``clone.Clone``) or decides to start fresh.
 
 Anchors (``Ledger.anchors``) are the parent's delivered messages as (entry id, Honcho message
 id), in delivery order. The clone point is the last message of the longest delivered prefix
