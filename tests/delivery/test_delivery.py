@@ -28,7 +28,7 @@ from memhoncho.store.ledger import read_ledger, write_ledger
 from memhoncho.store.locks import file_lock
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.config import point_at_standin, write_settings
 from memhoncho.testing.runs import expected_texts, run_event
 
 KEY = "sk-delivery-test-key"
@@ -43,14 +43,7 @@ pytestmark = pytest.mark.standin(api_key=KEY)
 
 @pytest.fixture
 def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "base_url": standin.url,
-        "workspace_id": workspace_id,
-        "honcho_timeout_s": FAST_TIMEOUT_S,
-    }
-    write_settings(config_dir, **values)
-    write_api_key(config_dir, KEY)
-    return values
+    return point_at_standin(config_dir, standin, workspace_id, KEY, honcho_timeout_s=FAST_TIMEOUT_S)
 
 
 def capture(host: Host, runs: range, conversation: str = CONVERSATION, **options: Any) -> None:

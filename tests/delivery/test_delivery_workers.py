@@ -26,7 +26,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.host import Host
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.runs import expected_texts, run_event
 from memhoncho.upkeep.sweep import sweep
@@ -46,15 +46,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=KEY)]
 def settings(
     config_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
 ) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "base_url": standin.url,
-        "workspace_id": workspace_id,
-        "broker_url": redis_url,
-        "honcho_timeout_s": 1.0,
-    }
-    write_settings(config_dir, **values)
-    write_api_key(config_dir, KEY)
-    return values
+    return point_at_standin(
+        config_dir, standin, workspace_id, KEY, broker_url=redis_url, honcho_timeout_s=1.0
+    )
 
 
 @contextlib.contextmanager

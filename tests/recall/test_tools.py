@@ -24,7 +24,7 @@ from memhoncho.errors import (
 from memhoncho.host import Host
 from memhoncho.recall import tools
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.config import point_at_standin, write_settings
 from memhoncho.testing.seed import seed_conversation
 from memhoncho.testing.standin_state import ApiError
 
@@ -38,10 +38,7 @@ pytestmark = pytest.mark.standin(llm=True, api_key=SECRET_KEY)
 
 @pytest.fixture
 def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dict[str, Any]:
-    values: dict[str, Any] = {"base_url": standin.url, "workspace_id": workspace_id}
-    write_settings(config_dir, **values)
-    write_api_key(config_dir, SECRET_KEY)
-    return values
+    return point_at_standin(config_dir, standin, workspace_id, SECRET_KEY)
 
 
 def assert_names_memhoncho_not_the_key(exc: MemhonchoError) -> None:

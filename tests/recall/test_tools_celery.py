@@ -24,7 +24,7 @@ from memhoncho.errors import (
 from memhoncho.host import Host
 from memhoncho.recall import remote, tools
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.config import point_at_standin, write_api_key, write_settings
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.seed import seed_conversation
 
@@ -43,14 +43,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.standin(llm=True, api_key=SECRET_KEY
 def settings(
     config_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
 ) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "base_url": standin.url,
-        "workspace_id": workspace_id,
-        "broker_url": redis_url,
-    }
-    write_settings(config_dir, **values)
-    write_api_key(config_dir, SECRET_KEY)
-    return values
+    return point_at_standin(config_dir, standin, workspace_id, SECRET_KEY, broker_url=redis_url)
 
 
 @pytest.fixture

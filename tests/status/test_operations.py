@@ -13,7 +13,7 @@ import pytest
 from memhoncho import cli, doctor, routing
 from memhoncho.deployment import Deployment
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key
+from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 
 KEY = "sk-operations-test-key"
@@ -62,8 +62,7 @@ def live(
     standin: HonchoStandIn,
     workspace_id: str,
 ) -> dict[str, str]:
-    _settings(config_dir, broker_url=redis_url, base_url=standin.url, workspace_id=workspace_id)
-    write_api_key(config_dir, KEY)
+    point_at_standin(config_dir, standin, workspace_id, KEY, broker_url=redis_url)
     return memhoncho_env(
         config_dir=config_dir,
         data_dir=data_dir,

@@ -15,7 +15,7 @@ from memhoncho.host import Host
 from memhoncho.status.view import status_view
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key
+from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 
 KEY = "sk-status-workers-key"
@@ -42,15 +42,9 @@ def _run(run: str) -> dict[str, Any]:
 def env(
     config_dir: Path, data_dir: Path, redis_url: str, standin: HonchoStandIn, workspace_id: str
 ) -> dict[str, str]:
-    settings = {
-        "broker_url": redis_url,
-        "base_url": standin.url,
-        "workspace_id": workspace_id,
-        "honcho_timeout_s": 5.0,
-    }
-    (config_dir / "settings").mkdir(parents=True, exist_ok=True)
-    (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(settings))
-    write_api_key(config_dir, KEY)
+    point_at_standin(
+        config_dir, standin, workspace_id, KEY, broker_url=redis_url, honcho_timeout_s=5.0
+    )
     return memhoncho_env(
         config_dir=config_dir,
         data_dir=data_dir,
