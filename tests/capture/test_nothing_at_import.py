@@ -15,6 +15,10 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import memhoncho
+    import memhoncho.celery_app
+    import memhoncho.doctor
+    import memhoncho.status.view
+    import memhoncho.tasks
     from memhoncho import Host
 
     host = Host(sys.argv[1], sys.argv[2])
