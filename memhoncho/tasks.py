@@ -105,7 +105,8 @@ def deliver(self: Any, conversation_id: str, **_retired: Any) -> dict[str, Any] 
         _retry_or_give_up(
             self,
             exc,
-            attempt=delivery.failures_in_a_row(deployment, conversation_id),
+            # counted by the engine as it failed; at least this one if the ledger missed it
+            attempt=max(1, delivery.failures_in_a_row(deployment, conversation_id)),
             max_attempts=DELIVER_MAX_FAILURES,
             default_delay_s=LOCK_RETRY_S,
             action="delivery_gave_up",
