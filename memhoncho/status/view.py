@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from memhoncho import routing
+from memhoncho import results, routing
 from memhoncho.deployment import Deployment
-from memhoncho.results import store as results
 from memhoncho.settings import Settings
 from memhoncho.status import health, render
 from memhoncho.status.census import Census, SummaryCache
@@ -60,7 +59,7 @@ def honcho_host(base_url: str) -> str:
 def broker_kind(current: Settings) -> str:
     if not current.broker_url:
         return "embedded"
-    return "redis" if results.is_redis(current.broker_url) else "other"
+    return "redis" if routing.is_redis(current.broker_url) else "other"
 
 
 def config_summary(deployment: Deployment, current: Settings) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 from memhoncho import ids
 from memhoncho.capture import OUTBOX_ID_KEY
 from memhoncho.delivery import forks
-from memhoncho.delivery.engine import DeliveryState, deliver_conversation
+from memhoncho.delivery.engine import DeliveryState, deliver_conversation, failures_in_a_row
 from memhoncho.deployment import Deployment
 from memhoncho.errors import (
     HonchoRateLimited,
@@ -29,7 +28,7 @@ from memhoncho.store.ledger import read_ledger, write_ledger
 from memhoncho.store.locks import file_lock
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.config import point_at_standin, write_settings
 from memhoncho.testing.runs import expected_texts, run_event
 
 KEY = "sk-delivery-test-key"
@@ -39,30 +38,12 @@ FAST_TIMEOUT_S = 0.5  # seconds: the client's Honcho timeout where a timeout fau
 FAULT_SLEEP_S = 1.0  # seconds a timeout fault holds the request: past FAST_TIMEOUT_S
 
 
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(api_key=KEY) as running:
-        yield running
+pytestmark = pytest.mark.standin(api_key=KEY)
 
 
 @pytest.fixture
-def deployment(
-    config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str
-) -> Deployment:
-    write_settings(
-        config_dir,
-        base_url=standin.url,
-        workspace_id=workspace_id,
-        honcho_timeout_s=FAST_TIMEOUT_S,
-    )
-    write_api_key(config_dir, KEY)
-    return Deployment(config_dir, data_dir)
-
-
-@pytest.fixture
-def host(deployment: Deployment) -> Iterator[Host]:
-    with Host(deployment.config_dir, deployment.data_dir) as running:
-        yield running
+def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dict[str, Any]:
+    return point_at_standin(config_dir, standin, workspace_id, KEY, honcho_timeout_s=FAST_TIMEOUT_S)
 
 
 def capture(host: Host, runs: range, conversation: str = CONVERSATION, **options: Any) -> None:
@@ -301,6 +282,23 @@ def test_a_server_error_keeps_the_mark_and_the_retry_sends_each_message_once(
     assert len(ledger(deployment).in_flight) == 4
     deliver_conversation(deployment, CONVERSATION)
 
+    assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 2)
+
+
+def test_the_ledger_counts_honcho_failures_in_a_row_until_a_message_is_delivered(
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
+) -> None:
+    capture(host, range(2))
+    standin.faults.add("http_503", path_contains="/messages", count=3)
+
+    for expected in (1, 2, 3):
+        with pytest.raises(HonchoUnavailable):
+            deliver_conversation(deployment, CONVERSATION)
+        assert failures_in_a_row(deployment, CONVERSATION) == expected
+    deliver_conversation(deployment, CONVERSATION)
+
+    assert failures_in_a_row(deployment, CONVERSATION) == 0
+    assert ledger(deployment).failures == 0
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 2)
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from memhoncho import cli, doctor, ids, settings
 from memhoncho.deployment import Deployment
-from memhoncho.results.store import ErrorSummary, FileResults
+from memhoncho.results import ErrorSummary
+from memhoncho.results.file_store import FileResults
 from memhoncho.status import health, render
 from memhoncho.status.view import queue_names, status_view
 from memhoncho.store.outbox import Outbox

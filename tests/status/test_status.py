@@ -281,7 +281,8 @@ def test_an_unreachable_broker_degrades_the_queues_and_tasks_but_not_the_view(
 
 def test_task_results_show_in_the_view(config_dir: Path, data_dir: Path, redis_url: str) -> None:
     from memhoncho.errors import HonchoUnavailable
-    from memhoncho.results.store import ErrorSummary, RedisResults
+    from memhoncho.results import ErrorSummary
+    from memhoncho.results.redis_store import RedisResults
 
     ctx = _context(config_dir, data_dir, broker_url=redis_url)
     store = RedisResults.from_url(redis_url)

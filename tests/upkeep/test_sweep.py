@@ -24,11 +24,6 @@ from memhoncho.upkeep.sweep import sweep
 DAY_S = 86_400.0
 
 
-@pytest.fixture
-def deployment(config_dir: Path, data_dir: Path) -> Deployment:
-    return Deployment(config_dir, data_dir)
-
-
 def _record(conversation: str, n: int, captured_at: float | None = None) -> dict[str, Any]:
     batch = f"b{conversation}{n:06d}"
     return {
