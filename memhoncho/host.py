@@ -67,6 +67,8 @@ class Host:
         self._closed = False
         self._hints = HintPool()
         self._hinting = hints
+        #: delivery hints this host published (a coalesced capture publishes none)
+        self.hints_published = 0
 
     # ---- capture ------------------------------------------------------------------------
 
@@ -154,7 +156,10 @@ class Host:
 
     def _send_hint(self, conversation_id: str, key: str) -> bool:
         sent = self._send(DELIVER_TASK, [conversation_id])
-        if not sent:  # no hint waits after all: the next capture must publish one
+        if sent:
+            with self._idle:
+                self.hints_published += 1
+        else:  # no hint waits after all: the next capture must publish one
             hint_marks.release(self.deployment.layout, key)
         return sent
 
