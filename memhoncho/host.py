@@ -1,8 +1,9 @@
 """The host's side of memhoncho: capture every settled run durably, then hint a worker.
 
 ``Host.capture`` validates the run, builds its batch (pure), appends it to the conversation's
-outbox under the outbox lock and fsyncs, and only then publishes ``memhoncho.deliver``. A broker
-that is down or a missing API key cost nothing but the hint: the sweep enqueues it later.
+outbox under the outbox lock and fsyncs, publishing ``memhoncho.deliver`` beside the fsync
+(hints.py) unless a hint for the conversation is still waiting (store/hint_marks.py). A broker
+that is down or a missing API key cost nothing but the hint: the relay or the sweep sends it.
 """
 
 from __future__ import annotations
