@@ -56,7 +56,7 @@ class Host:
         hints: bool = True,
     ) -> None:
         """``hints=False``: capture publishes nothing (a one-shot process that must not wait
-        for a broker client to load); the outbox relay beside the workers hints instead."""
+        for a broker client to load); it leaves the outbox relay a request instead."""
         self.deployment = Deployment.from_dirs(config_dir, data_dir)
         self.outbox = Outbox(self.deployment.layout)
         self._ledgers = LedgerCache(self.deployment.layout)
@@ -146,7 +146,11 @@ class Host:
     def _hint_soon(self, conversation_id: str, key: str) -> Future[bool] | bool:
         """Start publishing a delivery hint on a hint thread. True when a hint already waiting
         will see the line just written (nothing to publish), False when none is to be sent."""
-        if not self._hinting or self._closed or self.deployment.api_key() is None:
+        if self._closed or self.deployment.api_key() is None:
+            return False
+        if not self._hinting:  # the outbox relay publishes, unless a hint already waits
+            if hint_marks.claim(self.deployment.layout, key):
+                hint_marks.request_relay(self.deployment.layout, key, conversation_id)
             return False
         if time.monotonic() < self._broker_down_until:
             return False

@@ -1,12 +1,13 @@
 """The outbox relay: a small process beside the workers that turns new outbox lines into hints.
 
 A capture made by a process that publishes nothing (``memhoncho capture``, a hook that runs a
-command per turn) is durable at once but hinted by no one; the relay sees its outbox file change
-(one stat per conversation every ``POLL_S``, the stamps the sweep index uses) and publishes
-``memhoncho.deliver`` for each changed conversation that has a pending record, through the same
-hint marks as the host (``store/hint_marks.py``), so a hint already waiting is not doubled. It
-also republishes for marks gone stale (a lost hint). The relay holds no state worth keeping:
-its first scan looks at every outbox, and the sweep remains the backstop.
+command per turn) is durable at once and leaves a relay request when no hint is waiting for its
+conversation (``store/hint_marks.py``). Every ``POLL_S`` the relay takes the requests and
+publishes ``memhoncho.deliver`` for each, and republishes for hint marks gone stale (a lost
+hint): both looks cost a listing of small directories, whatever the number of conversations.
+Every ``FULL_SCAN_S`` (and at start) it also stats every outbox (the stamps the sweep index
+uses) and hints each changed one with a pending record, through the same marks, so records that
+got no hint (no key yet, a broker that was down) wait for it, not for the next sweep.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from memhoncho.store.sweep_index import Stamp, outbox_stamps
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.25  # seconds between scans: a record is hinted within about this long
+POLL_S = 0.25  # seconds between looks at the requests: a record is hinted within about this
+#: seconds between scans of every outbox's stat (one stat each: ~0.1 s at 10k conversations)
+FULL_SCAN_S = 30.0
 
 Publish = Callable[[str], bool]  # conversation id -> whether the hint was published
 
@@ -35,7 +38,8 @@ Publish = Callable[[str], bool]  # conversation id -> whether the hint was publi
 class ScanReport:
     """What one scan did."""
 
-    changed: int = 0  #: outbox files whose stamp changed since the last scan
+    requests: int = 0  #: relay requests taken
+    changed: int = 0  #: outbox files whose stamp changed since the last full scan
     published: int = 0  #: hints published
     coalesced: int = 0  #: pending conversations a waiting hint already covered
 
@@ -47,23 +51,54 @@ class Relay:
         self.layout = deployment.layout
         self.publish = publish
         self._stamps: dict[str, Stamp] = {}
+        self._next_full = 0.0  # monotonic time of the next full scan; the first is at once
+        #: stale marks this relay republished, with the mtime it renewed them to
+        self._republished: dict[str, float] = {}
         #: conversations whose hint could not be published: tried again every scan
         self._owed: set[str] = set()
 
-    def scan(self) -> ScanReport:
+    def scan(self, *, full: bool | None = None) -> ScanReport:
+        """Publish for the requests and stale marks; with ``full`` (due every ``FULL_SCAN_S``
+        by default), also for every changed outbox with a pending record."""
         report = ScanReport()
-        stamps = outbox_stamps(self.layout)
-        changed = {key for key, stamp in stamps.items() if self._stamps.get(key) != stamp}
-        self._stamps = stamps
-        report.changed = len(changed)
-        stale = set(hint_marks.stale(self.layout)) & stamps.keys()
-        for key in sorted(changed | stale | self._owed):
+        for key in hint_marks.relay_requests(self.layout):
+            conversation_id = hint_marks.take_request(self.layout, key)
+            if conversation_id is None:
+                continue  # another relay took it
+            report.requests += 1
+            if self._publish(conversation_id):
+                report.published += 1
+                hint_marks.renew(self.layout, key)  # its age counts from this publish
+            else:  # the mark stays claimed: ask again, so the hint is still owed
+                hint_marks.request_relay(self.layout, key, conversation_id)
+        if full is None:
+            full = time.monotonic() >= self._next_full
+        waiting = hint_marks.marks(self.layout)
+        now = time.time()
+        # A stale mark is republished once; if that hint is lost too, the next capture or the
+        # sweep re-drives it. Republishing on every look would pile hints up in the queue of
+        # workers that are down, one per conversation every STALE_S.
+        stale = {
+            key
+            for key, mtime in waiting.items()
+            if now - mtime > hint_marks.STALE_S and self._republished.get(key) != mtime
+        }
+        self._republished = {k: v for k, v in self._republished.items() if k in waiting}
+        keys = stale | self._owed
+        if full:
+            self._next_full = time.monotonic() + FULL_SCAN_S
+            stamps = outbox_stamps(self.layout)
+            changed = {key for key, stamp in stamps.items() if self._stamps.get(key) != stamp}
+            self._stamps = stamps
+            report.changed = len(changed)
+            keys |= changed
+        for key in sorted(keys):
             self._owed.discard(key)
             conversation_id = self._pending(key)
             if conversation_id is None:
                 if key in stale:
                     # Safe: a capture written after the look above finds this mark stale
-                    # too, so it publishes for itself.
+                    # too, so it publishes (or asks the relay) for itself.
                     hint_marks.release(self.layout, key)
                 continue
             if not hint_marks.claim(self.layout, key):
@@ -71,6 +106,12 @@ class Relay:
                 continue
             if self._publish(conversation_id):
                 report.published += 1
+                if key in stale:
+                    try:
+                        mtime = hint_marks.mark_path(self.layout, key).stat().st_mtime
+                    except OSError:
+                        continue  # taken already by the delivery it asked for
+                    self._republished[key] = mtime
             else:
                 hint_marks.release(self.layout, key)
                 self._owed.add(key)

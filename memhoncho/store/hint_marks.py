@@ -17,6 +17,12 @@ Why no record is left behind. A capture writes its line first, then looks for th
   unacked): the mark stays. A mark older than ``STALE_S`` counts as absent, so the next capture
   or the relay's scan publishes again; the sweep re-drives in any case.
 Marks are not fsynced: a mark lost in a crash costs one extra hint, one that survives is stale.
+
+A capture that publishes nothing itself (``memhoncho capture``) claims the mark the same way and,
+when it created it, leaves a relay request (``state/relay/<key>``, holding the conversation id):
+the outbox relay takes the request (removes it) and then publishes. The mark stays claimed until
+that hint's delivery starts, so the captures in between coalesce on it; a request made after the
+relay took the last one is a new file, published at the next look.
 """
 
 from __future__ import annotations
@@ -73,6 +79,14 @@ def _renew_if_stale(path: Path, now: float) -> bool:
     return True
 
 
+def renew(layout: Layout, key: str) -> None:
+    """A hint was just published for this mark: its age counts from now."""
+    try:
+        os.utime(mark_path(layout, key))
+    except OSError:
+        pass  # gone: taken by a delivery already
+
+
 def release(layout: Layout, key: str) -> None:
     """The publish failed: no hint waits, so the next capture (or the relay) publishes."""
     mark_path(layout, key).unlink(missing_ok=True)
@@ -86,10 +100,9 @@ def taken(layout: Layout, key: str) -> None:
         pass  # a mark left behind costs at most a delay of STALE_S, never a record
 
 
-def stale(layout: Layout, *, now: float | None = None) -> list[str]:
-    """The keys whose mark is older than ``STALE_S``: hints presumed lost."""
-    now = time.time() if now is None else now
-    found: list[str] = []
+def marks(layout: Layout) -> dict[str, float]:
+    """Every waiting mark and its mtime (when its hint was published or last renewed)."""
+    found: dict[str, float] = {}
     try:
         entries = os.scandir(marks_dir(layout))
     except FileNotFoundError:
@@ -97,8 +110,58 @@ def stale(layout: Layout, *, now: float | None = None) -> list[str]:
     with entries:
         for entry in entries:
             try:
-                if now - entry.stat().st_mtime > STALE_S:
-                    found.append(entry.name)
+                found[entry.name] = entry.stat().st_mtime
             except FileNotFoundError:
                 continue
     return found
+
+
+def stale(layout: Layout, *, now: float | None = None) -> list[str]:
+    """The keys whose mark is older than ``STALE_S``: hints presumed lost."""
+    now = time.time() if now is None else now
+    return sorted(key for key, mtime in marks(layout).items() if now - mtime > STALE_S)
+
+
+def requests_dir(layout: Layout) -> Path:
+    return layout.root / "state" / "relay"
+
+
+def request_relay(layout: Layout, key: str, conversation_id: str) -> None:
+    """Ask the outbox relay to publish this conversation's hint (the caller holds the mark)."""
+    path = requests_dir(layout) / key
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return  # a request not yet taken: its hint is published after this line was written
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            continue
+        try:
+            os.write(fd, conversation_id.encode("utf-8"))
+        finally:
+            os.close(fd)
+        return
+
+
+def relay_requests(layout: Layout) -> list[str]:
+    """The keys with a relay request waiting."""
+    try:
+        return sorted(os.listdir(requests_dir(layout)))
+    except FileNotFoundError:
+        return []
+
+
+def take_request(layout: Layout, key: str) -> str | None:
+    """Remove the request and return its conversation id; None if another relay took it.
+
+    Removed before the hint is published, so a request made meanwhile is a new file."""
+    path = requests_dir(layout) / key
+    try:
+        conversation_id = path.read_bytes().decode("utf-8")
+        path.unlink()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return None
+    return conversation_id or None

@@ -13,9 +13,10 @@ from typing import Any
 
 from memhoncho import ids
 from memhoncho.cli import EXIT_NOT_NOW, EXIT_REFUSED
+from memhoncho.store import hint_marks
 from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import Outbox
-from memhoncho.testing.config import write_settings
+from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.runs import run_event
 
 
@@ -126,3 +127,16 @@ def test_a_run_that_deselects_memhoncho_writes_nothing_and_exits_0(
         "enqueued": False,
     }
     assert not (data_dir / "data" / "outbox" / "conv-1.jsonl").exists()
+
+
+def test_a_capture_with_no_hint_waiting_leaves_the_relay_one_request_naming_its_conversation(
+    config_dir: Path, data_dir: Path
+) -> None:
+    write_api_key(config_dir, "sk-capture-command")
+    for i in range(3):
+        assert capture(config_dir, data_dir, as_json(run_event("conv/1", i))).returncode == 0
+    layout = Layout(data_dir)
+    key = ids.conversation_key("conv/1")
+    assert hint_marks.relay_requests(layout) == [key]
+    assert hint_marks.take_request(layout, key) == "conv/1"
+    assert hint_marks.relay_requests(layout) == []

@@ -49,65 +49,99 @@ def quiet_host(config_dir: Path, data_dir: Path) -> Iterator[Host]:
         yield host
 
 
-def test_a_new_record_is_hinted_once_and_an_unchanged_outbox_not_again(
-    quiet_host: Host,
-) -> None:
+def test_a_capture_that_publishes_nothing_is_hinted_once_by_the_relay(quiet_host: Host) -> None:
     recorder = Recorder()
     relay = Relay(quiet_host.deployment, recorder)
-    assert relay.scan().published == 0  # nothing captured yet
+    assert relay.scan(full=True).published == 0  # nothing captured yet
     assert quiet_host.capture(run_event("conv-1", 0)).enqueued is False
-    assert relay.scan().published == 1
-    assert relay.scan().published == 0
+    report = relay.scan(full=False)
+    assert (report.requests, report.published) == (1, 1)
+    assert relay.scan(full=False).published == 0
+    assert relay.scan(full=True).published == 0  # the waiting hint covers the changed outbox
     assert recorder.published == ["conv-1"]
 
 
-def test_a_record_captured_while_the_relays_hint_waits_is_coalesced_then_hinted_after_it(
+def test_captures_while_the_relays_hint_waits_ask_nothing_until_a_delivery_starts(
     quiet_host: Host,
 ) -> None:
     recorder = Recorder()
     relay = Relay(quiet_host.deployment, recorder)
     quiet_host.capture(run_event("conv-1", 0))
-    relay.scan()
-    quiet_host.capture(run_event("conv-1", 1))
-    report = relay.scan()
-    assert (report.published, report.coalesced) == (0, 1)
+    relay.scan(full=False)
+    for i in range(1, 5):
+        quiet_host.capture(run_event("conv-1", i))
+    assert relay.scan(full=False).published == 0
     hint_marks.taken(quiet_host.deployment.layout, ids.conversation_key("conv-1"))
-    quiet_host.capture(run_event("conv-1", 2))
-    assert relay.scan().published == 1
+    quiet_host.capture(run_event("conv-1", 5))
+    assert relay.scan(full=False).published == 1
     assert recorder.published == ["conv-1", "conv-1"]
 
 
-def test_an_outbox_whose_records_are_all_delivered_is_not_hinted(quiet_host: Host) -> None:
-    recorder = Recorder()
-    quiet_host.capture(run_event("conv-1", 0))
-    layout = quiet_host.deployment.layout
-    key = ids.conversation_key("conv-1")
-    last = quiet_host.outbox.read(key).records[-1]["seq"]
-    write_ledger(layout, key, Ledger(conversation_id="conv-1", delivered_seq=last))
-    assert Relay(quiet_host.deployment, recorder).scan().published == 0
-
-
-def test_a_hint_that_could_not_be_published_is_tried_again_at_the_next_scan(
+def test_a_request_whose_publish_failed_is_asked_again_and_published_at_the_next_scan(
     quiet_host: Host,
 ) -> None:
     recorder = Recorder()
     relay = Relay(quiet_host.deployment, recorder)
     quiet_host.capture(run_event("conv-1", 0))
     recorder.fail = True
-    assert relay.scan().published == 0
+    assert relay.scan(full=False).published == 0
     recorder.fail = False
-    assert relay.scan().published == 1
+    assert relay.scan(full=False).published == 1
 
 
 def test_a_stale_mark_is_published_again_by_the_relay(quiet_host: Host) -> None:
     recorder = Recorder()
     relay = Relay(quiet_host.deployment, recorder)
     quiet_host.capture(run_event("conv-1", 0))
-    relay.scan()
+    relay.scan(full=False)
     mark = hint_marks.mark_path(quiet_host.deployment.layout, ids.conversation_key("conv-1"))
     old = time.time() - hint_marks.STALE_S - 1
     os.utime(mark, (old, old))  # the hint was lost (a flushed broker)
-    assert relay.scan().published == 1
+    assert relay.scan(full=False).published == 1
+
+
+@pytest.fixture
+def keyless_host(config_dir: Path, data_dir: Path) -> Iterator[Host]:
+    """Captures that ask for no hint (no API key yet): only the full scan finds them."""
+    with Host(config_dir, data_dir) as host:
+        yield host
+
+
+def test_the_full_scan_hints_a_changed_outbox_with_a_pending_record_once(
+    keyless_host: Host,
+) -> None:
+    recorder = Recorder()
+    relay = Relay(keyless_host.deployment, recorder)
+    keyless_host.capture(run_event("conv-1", 0))
+    assert relay.scan(full=False).published == 0
+    report = relay.scan(full=True)
+    assert (report.changed, report.published) == (1, 1)
+    assert relay.scan(full=True).published == 0  # unchanged since
+    assert recorder.published == ["conv-1"]
+
+
+def test_the_full_scan_skips_an_outbox_whose_records_are_all_delivered(
+    keyless_host: Host,
+) -> None:
+    recorder = Recorder()
+    keyless_host.capture(run_event("conv-1", 0))
+    layout = keyless_host.deployment.layout
+    key = ids.conversation_key("conv-1")
+    last = keyless_host.outbox.read(key).records[-1]["seq"]
+    write_ledger(layout, key, Ledger(conversation_id="conv-1", delivered_seq=last))
+    assert Relay(keyless_host.deployment, recorder).scan(full=True).published == 0
+
+
+def test_a_full_scan_publish_that_failed_is_tried_again_at_the_next_look(
+    keyless_host: Host,
+) -> None:
+    recorder = Recorder()
+    relay = Relay(keyless_host.deployment, recorder)
+    keyless_host.capture(run_event("conv-1", 0))
+    recorder.fail = True
+    assert relay.scan(full=True).published == 0
+    recorder.fail = False
+    assert relay.scan(full=False).published == 1  # owed, not waiting for the next full scan
 
 
 # ---- memhoncho run: worker, beat and relay, fed by memhoncho capture ---------------------
@@ -209,3 +243,21 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return "State:\tZ" not in status
+
+
+def test_a_stale_mark_is_republished_once_not_on_every_look_while_workers_are_down(
+    quiet_host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hint_marks, "STALE_S", 0.05)
+    recorder = Recorder()
+    relay = Relay(quiet_host.deployment, recorder)
+    quiet_host.capture(run_event("conv-1", 0))
+    relay.scan(full=False)
+    for _ in range(4):
+        time.sleep(0.1)  # stale again and again: no worker takes the hint
+        relay.scan(full=False)
+    assert recorder.published == ["conv-1", "conv-1"]  # the request's, then one republish
+    quiet_host.capture(run_event("conv-1", 1))  # a capture renews the stale mark and asks
+    time.sleep(0.1)
+    relay.scan(full=False)
+    assert recorder.published == ["conv-1"] * 3
