@@ -30,7 +30,7 @@ from memhoncho.errors import HonchoFailure, MemhonchoError
 from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
 from memhoncho.settings import Settings
-from memhoncho.store import peek
+from memhoncho.store import hint_marks, peek
 from memhoncho.store.atomic import write_json
 from memhoncho.store.ledger import read_ledger, write_ledger
 from memhoncho.store.locks import file_lock
@@ -78,6 +78,8 @@ def deliver_conversation(
     """
     key = ids.conversation_key(conversation_id)
     with file_lock(deployment.layout.conversation_lock(key), timeout_s=0):
+        # Before the outbox is read: a capture from now on hints again (store/hint_marks.py).
+        hint_marks.taken(deployment.layout, key)
         return _Delivery(deployment, conversation_id, key).run(max_calls)
 
 

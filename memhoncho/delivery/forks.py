@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memhoncho import ids
-from memhoncho.delivery.clone import Clone, reached
 from memhoncho.deployment import Deployment
 from memhoncho.errors import (
     ForkRefused,
@@ -40,6 +39,11 @@ from memhoncho.store.outbox import Outbox
 
 if TYPE_CHECKING:
     from honcho import Honcho
+
+    from memhoncho.delivery.clone import Clone
+
+# delivery.clone (and through it honcho-ai) loads where a fork is resolved, not with the
+# status view's fork_summary.
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +199,8 @@ def resolve_pending_fork(
     with file_lock(layout.conversation_lock(parent_key), timeout_s=PARENT_LOCK_WAIT_S):
         ledger = _resolve_locked(deployment, client, key, record, parent_key, ledger)
     remove_fork(layout, key)
+    from memhoncho.delivery.clone import reached
+
     reached("record-removed")
     return ledger
 
@@ -264,6 +270,8 @@ def _resolve_locked(
     append_decision(layout, key, decision)
     ledger = ledger.model_copy(update={"fork": decision})
     write_ledger(layout, key, ledger)
+    from memhoncho.delivery.clone import reached
+
     reached("decided")
     log.info(
         "fork resolved: the child starts a fresh session",
@@ -280,6 +288,8 @@ def _clone(
     parent_ledger: Ledger | None,
     ledger: Ledger,
 ) -> Clone:
+    from memhoncho.delivery.clone import Clone
+
     settings = deployment.settings()
     return Clone(
         deployment.layout,
