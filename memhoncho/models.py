@@ -116,6 +116,9 @@ class Ledger(BaseModel):
     delivered_seq: int = 0  #: every outbox record with seq <= this is delivered
     delivered_batches: list[str] = Field(default_factory=list)  #: newest last, windowed
     in_flight: list[str] = Field(default_factory=list)  #: outbox message ids of the open send
+    #: when the open send began (wall clock, comparable across processes); None on a ledger
+    #: written before this was recorded: the mark is then fenced from when it is found
+    in_flight_since: float | None = None
     #: outbox message ids already delivered of the first record past ``delivered_seq`` (a
     #: record split across two calls), so a resumed delivery never sends them again
     delivered_partial: list[str] = Field(default_factory=list)

@@ -319,6 +319,11 @@ class HonchoStandIn:
         latency_s, fault = self.faults.pick(method, path)
         if latency_s:
             self._stopping.wait(latency_s)
+        if fault is not None and fault.kind == "late_commit":
+            # The client gives up during the hold; the server commits anyway, answering no one.
+            self._stopping.wait(fault.sleep_s)
+            self._authorized(method, path, query, body, headers)
+            return None
         if fault is not None and not fault.commits:
             return self._strike(fault)
         answer = self._authorized(method, path, query, body, headers)
