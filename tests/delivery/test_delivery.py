@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ from memhoncho.errors import (
     InFlightSettling,
     LockBusy,
     MissingApiKey,
+    StoreError,
 )
 from memhoncho.honcho import adapter
 from memhoncho.host import Host
@@ -391,6 +394,24 @@ def test_without_the_fence_a_late_commit_is_stored_twice(
     time.sleep(FAULT_SLEEP_S)  # the held request commits
 
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 3) * 2
+
+
+def test_a_full_disk_during_delivery_is_a_store_error_and_the_records_stay_pending(
+    host: Host, deployment: Deployment, standin: HonchoStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    capture(host, range(2))
+
+    def no_space(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", no_space)  # every atomic state write
+    with pytest.raises(StoreError) as refused:
+        deliver_conversation(deployment, CONVERSATION)
+    monkeypatch.undo()
+    assert refused.value.code == "ERR_STORE"
+    key = ids.conversation_key(CONVERSATION)
+    assert len(Outbox(deployment.layout).pending(key, 0)) == 2
+    assert deliver_after_fence(deployment).state == DeliveryState.DELIVERED
 
 
 def test_a_held_conversation_lock_makes_delivery_busy_and_changes_nothing(

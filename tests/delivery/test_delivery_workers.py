@@ -58,6 +58,7 @@ def settings(
         "workspace_id": workspace_id,
         "broker_url": redis_url,
         "honcho_timeout_s": 1.0,
+        "send_settle_s": 0.5,  # the fence after an unclear send: short, so waits stay short
     }
     write_settings(config_dir, **values)
     write_api_key(config_dir, KEY)
