@@ -1,8 +1,8 @@
 """Fault injection for the Honcho stand-in: a thread-safe plan of what to break, and when.
 
-A fault matches a request by method and path substring, fires with a probability (seeded,
-so a run repeats) and at most ``count`` times. The server asks ``plan.pick(method, path)``
-once per request and acts on the fault it gets back.
+A fault matches a request by method, path substring and path ending, fires with a probability
+(seeded, so a run repeats) and at most ``count`` times. The server asks
+``plan.pick(method, path)`` once per request and acts on the fault it gets back.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class Fault:
     kind: str
     count: int | None = 1
     path_contains: str | None = None
+    path_endswith: str | None = None  #: e.g. "/messages": the writes, not "/messages/list"
     method: str | None = None
     probability: float = 1.0
     seed: int | None = None
@@ -70,6 +71,8 @@ class Fault:
 
     def matches(self, method: str, path: str) -> bool:
         if self.method is not None and self.method.upper() != method.upper():
+            return False
+        if self.path_endswith is not None and not path.rstrip("/").endswith(self.path_endswith):
             return False
         return self.path_contains is None or self.path_contains in path
 
