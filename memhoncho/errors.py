@@ -133,7 +133,7 @@ class InFlightSettling(LockBusy):
 
     code = "ERR_IN_FLIGHT_SETTLING"
 
-    def __init__(self, message: str | None = None, *, wait_s: float, **details: Any) -> None:
+    def __init__(self, message: str | None = None, *, wait_s: float = 0.0, **details: Any) -> None:
         super().__init__(message, wait_s=round(wait_s, 3), **details)
         self.wait_s = wait_s  #: seconds until the fence opens
 
