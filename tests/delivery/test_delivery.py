@@ -14,7 +14,7 @@ import pytest
 
 from memhoncho import ids
 from memhoncho.capture import OUTBOX_ID_KEY
-from memhoncho.delivery import forks
+from memhoncho.delivery import fence, forks
 from memhoncho.delivery.engine import DeliveryState, deliver_conversation
 from memhoncho.deployment import Deployment
 from memhoncho.errors import (
@@ -42,7 +42,7 @@ CONVERSATION = "conv-1"
 OWNER = "ana@example.com"
 FAST_TIMEOUT_S = 0.5  # seconds: the client's Honcho timeout where a timeout fault is planned
 FAULT_SLEEP_S = 1.0  # seconds a timeout fault holds the request: past FAST_TIMEOUT_S
-SETTLE_S = 0.7  # seconds: the fence's settle margin, so FAULT_SLEEP_S lands inside the fence
+SETTLE_S = 0.2  # seconds: the fence's settle margin (the fence: 4 x 0.5 + 0.2 > FAULT_SLEEP_S)
 
 
 @pytest.fixture
@@ -349,7 +349,8 @@ def test_a_failed_send_is_not_reconciled_or_resent_before_its_fence_opens(
 
     with pytest.raises(InFlightSettling) as settling:
         deliver_conversation(deployment, CONVERSATION)
-    opens_at = mark.in_flight_since + FAST_TIMEOUT_S + SETTLE_S
+    opens_at = mark.in_flight_since + fence.window_s(deployment.settings())
+    assert fence.window_s(deployment.settings()) == 4 * FAST_TIMEOUT_S + SETTLE_S
     assert settling.value.wait_s == pytest.approx(opens_at - time.time(), abs=0.2)
     assert standin.request_count() == requests  # not a read, not a send
     assert ledger(deployment).in_flight == mark.in_flight

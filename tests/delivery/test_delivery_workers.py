@@ -60,7 +60,9 @@ def settings(
         "workspace_id": workspace_id,
         "broker_url": redis_url,
         "honcho_timeout_s": 1.0,
-        "send_settle_s": 0.5,  # the fence after an unclear send: short, so waits stay short
+        # the fence after an unclear send: 4 x 1.0 + 1.0 s, short, yet long enough for a
+        # stand-in starved of CPU on a loaded machine to commit a slow request first
+        "send_settle_s": 1.0,
     }
     write_settings(config_dir, **values)
     write_api_key(config_dir, KEY)
@@ -311,7 +313,9 @@ BIG_TIMEOUT_S = 0.5  # seconds: the workers' Honcho client timeout
 #: seconds a late commit holds its request: well past the client's timeout, so that without
 #: the fence the retry's reconcile (after a backoff of up to 1 s) comes before the commit
 LATE_COMMIT_S = 2.0
-BIG_SETTLE_S = 2.0  # seconds: the fence's settle margin (a late commit lands within it)
+#: seconds: the fence's settle margin; the fence (4 x 0.5 + 2.0 = 4 s) leaves a late commit
+#: 2 s to land even on a loaded machine
+BIG_SETTLE_S = 2.0
 #: share of message writes each fault takes: 25% late commits, 10% committed then dropped,
 #: 5% committed then answered 429. The plan picks the first fault whose draw hits, so each
 #: probability is conditional on the earlier ones missing.
