@@ -155,7 +155,7 @@ def sweep(
     if clean != index:
         try:
             save_index(layout, clean)
-        except OSError as exc:
+        except (OSError, MemhonchoError) as exc:
             report.fail("index", exc)
     report.duration_s = time.monotonic() - started
     log.info(
