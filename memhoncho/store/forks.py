@@ -28,7 +28,7 @@ CLONING_DIR = "cloning"
 class ForkRecord(BaseModel):
     """What the host said about one fork."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)  # built on first use
 
     parent_id: str
     child_id: str
