@@ -392,16 +392,11 @@ def wait_ledgers_complete(
 
 
 def deliver_through_commit_faults_and_kills(
-    host: Host,
-    config_dir: Path,
-    data_dir: Path,
-    standin: HonchoStandIn,
-    workspace_id: str,
-    redis_url: str,
-    *,
-    fence: bool,
+    host: Host, standin: HonchoStandIn, workspace_id: str, redis_url: str, *, fence: bool
 ) -> dict[str, Any]:
-    """The issue's run: 50 conversations x 100 runs through faults that commit, and kills."""
+    """The issue's run: 50 conversations x 100 runs through faults that commit, and kills, on
+    ``host``'s folders."""
+    config_dir, data_dir = host.deployment.config_dir, host.deployment.data_dir
     write_settings(
         config_dir,
         base_url=standin.url,
@@ -458,22 +453,11 @@ def deliver_through_commit_faults_and_kills(
 
 @pytest.fixture
 def faulty_run(
-    host: Host,
-    config_dir: Path,
-    data_dir: Path,
-    standin: HonchoStandIn,
-    workspace_id: str,
-    redis_url: str,
+    host: Host, standin: HonchoStandIn, workspace_id: str, redis_url: str
 ) -> Callable[..., dict[str, Any]]:
     """``faulty_run(fence=...)``: the issue's run on this test's host, stand-in and broker."""
     return functools.partial(
-        deliver_through_commit_faults_and_kills,
-        host,
-        config_dir,
-        data_dir,
-        standin,
-        workspace_id,
-        redis_url,
+        deliver_through_commit_faults_and_kills, host, standin, workspace_id, redis_url
     )
 
 
