@@ -59,12 +59,9 @@ def _measure(url: str, options: dict[str, Any], messages: int) -> dict[str, Any]
 
 
 def _redis_reachable() -> bool:
-    import redis
+    from memhoncho.testing.redis_place import pings
 
-    try:
-        return bool(redis.Redis.from_url(REFERENCE_REDIS, socket_connect_timeout=0.5).ping())
-    except redis.RedisError:
-        return False
+    return pings(REFERENCE_REDIS)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -72,15 +72,9 @@ def _run(i: int) -> dict[str, Any]:
 
 
 def _redis_reachable() -> bool:
-    import redis
+    from memhoncho.testing.redis_place import pings
 
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
+    return pings(REDIS_URL)
 
 
 def _closed_port() -> int:

@@ -62,12 +62,9 @@ def _measure(call: Callable[[str, dict[str, Any]], Any], samples: int) -> dict[s
 
 
 def _redis_reachable() -> bool:
-    import redis
+    from memhoncho.testing.redis_place import pings
 
-    try:
-        return bool(redis.Redis.from_url(REFERENCE_REDIS, socket_connect_timeout=0.5).ping())
-    except redis.RedisError:
-        return False
+    return pings(REFERENCE_REDIS)
 
 
 def _configure(config_dir: Path, base_url: str, broker_url: str | None) -> None:

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -29,6 +30,8 @@ from memhoncho.status import census_file as summary_file
 from memhoncho.store.atomic import write_bytes
 from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import parse
+
+T = TypeVar("T")
 
 # Integer columns of a row, then float columns (NaN means "none").
 INT_COLUMNS = (
@@ -82,9 +85,11 @@ class Census:
     quarantine_errors: list[str] = field(default_factory=list)
 
 
-def _list_stats(directory: Path, suffix: str) -> tuple[dict[str, os.stat_result], str | None]:
-    """``{name without suffix: stat}``; the reason when the directory cannot be listed."""
-    found: dict[str, os.stat_result] = {}
+def _list(
+    directory: Path, suffix: str, read: Callable[[os.DirEntry[str]], T]
+) -> tuple[dict[str, T], str | None]:
+    """``{name without suffix: read(entry)}``; the reason when the directory cannot be listed."""
+    found: dict[str, T] = {}
     cut = len(suffix)
     try:
         with os.scandir(directory) as entries:
@@ -92,7 +97,7 @@ def _list_stats(directory: Path, suffix: str) -> tuple[dict[str, os.stat_result]
                 name = entry.name
                 if name.endswith(suffix) and not name.startswith("."):
                     try:
-                        found[name[:-cut]] = entry.stat()
+                        found[name[:-cut]] = read(entry)
                     except FileNotFoundError:
                         continue  # removed while listing
     except FileNotFoundError:
@@ -102,21 +107,14 @@ def _list_stats(directory: Path, suffix: str) -> tuple[dict[str, os.stat_result]
     return found, None
 
 
+def _list_stats(directory: Path, suffix: str) -> tuple[dict[str, os.stat_result], str | None]:
+    """``{name without suffix: stat}``."""
+    return _list(directory, suffix, os.DirEntry.stat)
+
+
 def _list_inodes(directory: Path, suffix: str) -> tuple[dict[str, int], str | None]:
     """``{name without suffix: inode}`` from the listing alone (no stat)."""
-    found: dict[str, int] = {}
-    cut = len(suffix)
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                name = entry.name
-                if name.endswith(suffix) and not name.startswith("."):
-                    found[name[:-cut]] = entry.inode()
-    except FileNotFoundError:
-        return {}, None
-    except OSError as exc:
-        return {}, f"cannot list {directory.name}/ ({_reason(exc)})"
-    return found, None
+    return _list(directory, suffix, os.DirEntry.inode)
 
 
 def _open_dir(directory: Path) -> int:

@@ -11,13 +11,54 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from socketserver import BaseServer
+
+    from memhoncho.testing.standin import HonchoStandIn
+
+T = TypeVar("T")
+S = TypeVar("S", bound="BaseServer")
 
 READY_TIMEOUT_S = 60.0  # seconds a worker may take to report ready
 STOP_TIMEOUT_S = 20.0  # seconds a warm shutdown may take before SIGKILL
+WAIT_S = 120.0  # seconds ``wait_until`` waits by default: generous, only a hang fails
+POLL_S = 0.2  # seconds between two looks of ``wait_until``
+
+
+def wait_until(
+    check: Callable[[], T], what: str, timeout_s: float = WAIT_S, poll_s: float = POLL_S
+) -> T:
+    """The first truthy value of ``check()``, looked at every ``poll_s`` seconds; an
+    ``AssertionError`` naming ``what`` if none comes within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextmanager
+def serving(server: S) -> Iterator[S]:
+    """``server`` answering from a daemon thread until the block ends, then shut and closed."""
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 def memhoncho_env(
@@ -44,6 +85,21 @@ def memhoncho_env(
     env.update(extra or {})
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def standin_env(
+    config_dir: Path, data_dir: Path, broker_url: str, standin: HonchoStandIn, workspace_id: str
+) -> dict[str, str]:
+    """The environment of a memhoncho process that sends to ``standin`` (with its API key)
+    over ``broker_url``."""
+    return memhoncho_env(
+        config_dir=config_dir,
+        data_dir=data_dir,
+        broker_url=broker_url,
+        base_url=standin.url,
+        api_key=standin.api_key,
+        workspace_id=workspace_id,
+    )
 
 
 class CeleryProcess:

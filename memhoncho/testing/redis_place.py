@@ -89,7 +89,8 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _pings(url: str) -> bool:
+def pings(url: str) -> bool:
+    """Whether a Redis answers at ``url`` within half a second."""
     import redis
 
     client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
@@ -127,7 +128,7 @@ def _private(binary: str) -> RedisPlace:
         url = f"redis://127.0.0.1:{port}/0"
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline and process.poll() is None:
-            if _pings(url):
+            if pings(url):
                 place = RedisPlace(url=url, kind="private")
                 place._cleanup.append(lambda: shutil.rmtree(workdir, ignore_errors=True))
                 place._cleanup.append(lambda p=process: _stop(p))
@@ -151,7 +152,7 @@ def _claimed() -> RedisPlace:
     import redis
 
     shared = f"redis://{SHARED_HOST}:{SHARED_PORT}"
-    if not _pings(f"{shared}/0"):
+    if not pings(f"{shared}/0"):
         return RedisPlace(
             url="", kind="claimed", reason=f"no redis-server and no Redis at {shared}"
         )

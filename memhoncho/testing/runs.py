@@ -44,6 +44,22 @@ def run_event(
     }
 
 
+def answered_run(
+    conversation_id: str, run_id: str, owner: str | None = "ana@example.com"
+) -> dict[str, Any]:
+    """Run ``run_id``: one user input (entry 1) and an answer (entry 2), texts naming the run."""
+    return {
+        "conversation_id": conversation_id,
+        "owner": owner,
+        "run_id": run_id,
+        "inputs": [{"entry_id": 1, "text": f"user text of {run_id}"}],
+        "outcome": {
+            "status": "answered",
+            "answer": {"entry_id": 2, "content": [{"type": "text", "text": f"answer {run_id}"}]},
+        },
+    }
+
+
 def expected_texts(conversation_id: str, runs: int) -> list[str]:
     """What the conversation's Honcho session holds after ``runs`` single-input runs, in order."""
     texts: list[str] = []

@@ -8,6 +8,8 @@ messages complete, in capture order, each once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import random
 import signal
 import subprocess
@@ -15,7 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +116,59 @@ def capture_concurrently(
     assert not failures, failures
 
 
+@dataclasses.dataclass(frozen=True)
+class KillPlan:
+    """How ``capture_under_kills`` captures and kills."""
+
+    pace_s: float  # seconds each capturing thread waits between its rounds of runs
+    seed: int  # of the random gaps and victims
+    gap_s: tuple[float, float]  # seconds between two kills, uniformly drawn
+    threads: int = 2  # capturing threads
+
+
+def capture_under_kills(
+    host: Host,
+    workers: list[CeleryProcess],
+    names: list[str],
+    runs: int,
+    plan: KillPlan,
+    go_on: Callable[[int, threading.Thread], bool],
+) -> int:
+    """Capture as ``plan`` says while SIGKILLing random prefork pool children of a
+    ``KILLABLE_FLEET`` as long as ``go_on(kills so far, the capturing thread)``; then wait for
+    the capture to end. Returns how many were killed."""
+    killable = [
+        w for w, (pool, _) in zip(workers, KILLABLE_FLEET, strict=True) if pool == "prefork"
+    ]
+    capturing = threading.Thread(
+        target=capture_concurrently,
+        args=(host, names, runs),
+        kwargs={"threads": plan.threads, "pace_s": plan.pace_s},
+        daemon=True,
+    )
+    capturing.start()
+    rng = random.Random(plan.seed)
+    kills = 0
+    while go_on(kills, capturing):
+        time.sleep(rng.uniform(*plan.gap_s))
+        if rng.choice(killable).kill_child(signal.SIGKILL) is not None:
+            kills += 1
+    capturing.join()
+    return kills
+
+
+class SweepRedrive:
+    """What the sweep does every 15 minutes, sooner; ``times`` says when it was asked to."""
+
+    def __init__(self, deployment: Deployment, host: Host) -> None:
+        self.deployment, self.host = deployment, host
+        self.times: list[float] = []
+
+    def __call__(self) -> None:
+        self.times.append(time.monotonic())
+        sweep(self.deployment, self.host.enqueue_delivery)
+
+
 def stored_texts(standin: HonchoStandIn, workspace_id: str) -> dict[str, list[dict[str, Any]]]:
     return {s["id"]: s["messages"] for s in standin.sessions(workspace_id)}
 
@@ -193,33 +248,15 @@ def test_pool_children_killed_at_random_moments_lose_duplicate_and_reorder_nothi
     standin.faults.add(
         "latency_ms", latency_ms=SEND_LATENCY_MS, count=None, path_contains="/messages"
     )
-    redrives: list[float] = []
-
-    def redrive() -> None:
-        redrives.append(time.monotonic())
-        sweep(deployment, host.enqueue_delivery)
-
+    redrive = SweepRedrive(deployment, host)
     with fleet(config_dir, data_dir, KILLABLE_FLEET) as workers:
-        killable = [
-            w for w, (pool, _) in zip(workers, KILLABLE_FLEET, strict=True) if pool == "prefork"
-        ]
-        capturing = threading.Thread(
-            target=capture_concurrently,
-            args=(host, names, runs),
-            kwargs={"threads": 2, "pace_s": 0.2},
-            daemon=True,
+        plan = KillPlan(pace_s=0.2, seed=20261203, gap_s=KILL_GAP_S)
+        kills = capture_under_kills(
+            host, workers, names, runs, plan, go_on=lambda kills, _: kills < KILLS
         )
-        capturing.start()
-        rng = random.Random(20261203)
-        kills = 0
-        while kills < KILLS:
-            time.sleep(rng.uniform(*KILL_GAP_S))
-            if rng.choice(killable).kill_child(signal.SIGKILL) is not None:
-                kills += 1
-        capturing.join()
         wait_delivered(standin, workspace_id, names, runs, redrive=redrive)
         mid_task = sum(w.log_text().count("WorkerLostError") for w in workers)
-    print(f"kills={kills} mid-task={mid_task} sweep re-drives={len(redrives)}")
+    print(f"kills={kills} mid-task={mid_task} sweep re-drives={len(redrive.times)}")
     assert kills >= KILLS
     assert_each_conversation_complete_in_order_once(standin, deployment, workspace_id, names, runs)
 
@@ -355,16 +392,11 @@ def wait_ledgers_complete(
 
 
 def deliver_through_commit_faults_and_kills(
-    host: Host,
-    config_dir: Path,
-    data_dir: Path,
-    standin: HonchoStandIn,
-    workspace_id: str,
-    redis_url: str,
-    *,
-    fence: bool,
+    host: Host, standin: HonchoStandIn, workspace_id: str, redis_url: str, *, fence: bool
 ) -> dict[str, Any]:
-    """The issue's run: 50 conversations x 100 runs through faults that commit, and kills."""
+    """The issue's run: 50 conversations x 100 runs through faults that commit, and kills, on
+    ``host``'s folders."""
+    config_dir, data_dir = host.deployment.config_dir, host.deployment.data_dir
     write_settings(
         config_dir,
         base_url=standin.url,
@@ -379,29 +411,16 @@ def deliver_through_commit_faults_and_kills(
     plan_commit_faults(standin)
     started = time.monotonic()
     with fleet(config_dir, data_dir, KILLABLE_FLEET) as workers:
-        killable = [
-            w for w, (pool, _) in zip(workers, KILLABLE_FLEET, strict=True) if pool == "prefork"
-        ]
-        capturing = threading.Thread(
-            target=capture_concurrently,
-            args=(host, names, runs),
-            kwargs={"threads": 2, "pace_s": 0.05},
-            daemon=True,
+        plan = KillPlan(pace_s=0.05, seed=1212, gap_s=BIG_KILL_GAP_S)
+        kills = capture_under_kills(
+            host,
+            workers,
+            names,
+            runs,
+            plan,
+            go_on=lambda kills, capturing: kills < BIG_KILLS or capturing.is_alive(),
         )
-        capturing.start()
-        rng = random.Random(1212)
-        kills = 0
-        while kills < BIG_KILLS or capturing.is_alive():
-            time.sleep(rng.uniform(*BIG_KILL_GAP_S))
-            if rng.choice(killable).kill_child(signal.SIGKILL) is not None:
-                kills += 1
-        capturing.join()
-        redrives: list[float] = []
-
-        def redrive() -> None:
-            redrives.append(time.monotonic())
-            sweep(deployment, host.enqueue_delivery)
-
+        redrive = SweepRedrive(deployment, host)
         complete = wait_ledgers_complete(deployment, names, runs, redrive)
         time.sleep(LATE_COMMIT_S + 0.5)  # any request still held has landed by now
         mid_task = sum(w.log_text().count("WorkerLostError") for w in workers)
@@ -424,12 +443,22 @@ def deliver_through_commit_faults_and_kills(
         "message_writes": writes,
         "kills": kills,
         "mid_task": mid_task,
-        "sweep_redrives": len(redrives),
+        "sweep_redrives": len(redrive.times),
         "elapsed_s": round(elapsed, 1),
         "complete": complete,
     }
     print(f"fence={fence} {figures}")
     return {"figures": figures, "names": names, "runs": runs, "deployment": deployment}
+
+
+@pytest.fixture
+def faulty_run(
+    host: Host, standin: HonchoStandIn, workspace_id: str, redis_url: str
+) -> Callable[..., dict[str, Any]]:
+    """``faulty_run(fence=...)``: the issue's run on this test's host, stand-in and broker."""
+    return functools.partial(
+        deliver_through_commit_faults_and_kills, host, standin, workspace_id, redis_url
+    )
 
 
 def run_audit(config_dir: Path, data_dir: Path) -> subprocess.CompletedProcess[str]:
@@ -447,16 +476,13 @@ def run_audit(config_dir: Path, data_dir: Path) -> subprocess.CompletedProcess[s
 
 @pytest.mark.timeout(1200)
 def test_commits_after_the_timeout_dropped_answers_429s_and_kills_store_each_message_once(
-    host: Host,
+    faulty_run: Callable[..., dict[str, Any]],
     config_dir: Path,
     data_dir: Path,
     standin: HonchoStandIn,
     workspace_id: str,
-    redis_url: str,
 ) -> None:
-    run = deliver_through_commit_faults_and_kills(
-        host, config_dir, data_dir, standin, workspace_id, redis_url, fence=True
-    )
+    run = faulty_run(fence=True)
     figures = run["figures"]
     assert figures["kills"] >= BIG_KILLS
     assert all(figures["faults"][k] > 0 for k in ("late_commit", "drop_connection", "http_429"))
@@ -469,17 +495,10 @@ def test_commits_after_the_timeout_dropped_answers_429s_and_kills_store_each_mes
 
 @pytest.mark.timeout(1200)
 def test_without_the_fence_the_same_run_stores_messages_twice_and_the_audit_says_so(
-    host: Host,
-    config_dir: Path,
-    data_dir: Path,
-    standin: HonchoStandIn,
-    workspace_id: str,
-    redis_url: str,
+    faulty_run: Callable[..., dict[str, Any]], config_dir: Path, data_dir: Path
 ) -> None:
     """The run above with ``send_fence`` off: proof that the test can fail."""
-    run = deliver_through_commit_faults_and_kills(
-        host, config_dir, data_dir, standin, workspace_id, redis_url, fence=False
-    )
+    run = faulty_run(fence=False)
     assert run["figures"]["duplicated"] > 0
     audited = run_audit(config_dir, data_dir)
     assert audited.returncode == 1, audited.stdout[-3000:]

@@ -22,6 +22,7 @@ from memhoncho.models import Ledger
 from memhoncho.store.forks import ForkRecord, clone_marker_path, read_fork
 from memhoncho.store.ledger import read_ledger, write_ledger
 from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import write_settings
 
 PARENT = "chat-parent"
 CHILD = "chat-child"
@@ -53,6 +54,29 @@ def _capture(env: dict[str, Any], conversation_id: str, *runs: dict[str, Any]) -
 
 def _deliver(env: dict[str, Any], conversation_id: str) -> Ledger:
     return deliver_in_process(env["deployment"], env["client"], conversation_id)
+
+
+def _fork_and_deliver(
+    env: dict[str, Any], parent: str, at_entry: int, first_run: dict[str, Any]
+) -> Ledger:
+    """CHILD forked off ``parent`` at ``at_entry``, its ``first_run`` captured and delivered."""
+    env["host"].conversation_forked(parent, CHILD, at_entry)
+    _capture(env, CHILD, first_run)
+    return _deliver(env, CHILD)
+
+
+def _assert_fresh(
+    standin: HonchoStandIn,
+    env: dict[str, Any],
+    child: Ledger,
+    outcome: str,
+    says: str,
+    child_texts: list[str],
+) -> None:
+    """``child`` was not cloned: ``outcome``, a reason that ``says`` why, only its own texts."""
+    assert child.fork is not None and child.fork.outcome == outcome
+    assert child.fork.reason and says in child.fork.reason
+    assert texts(standin, env["ws"], child.session_id) == child_texts
 
 
 def _ledger(env: dict[str, Any], conversation_id: str) -> Ledger:
@@ -315,12 +339,8 @@ def test_a_parent_that_delivered_nothing_is_never_cloned(
 def test_a_parent_memhoncho_never_saw_makes_a_fresh_child_that_says_so(
     env: dict[str, Any], standin: HonchoStandIn
 ) -> None:
-    env["host"].conversation_forked("never-seen", CHILD, 2)
-    _capture(env, CHILD, run("c1", [(3, "c-u3")], None))
-    child = _deliver(env, CHILD)
-    assert child.fork is not None and child.fork.outcome == "none-unknown-parent"
-    assert child.fork.reason and "never saw" in child.fork.reason
-    assert texts(standin, env["ws"], child.session_id) == ["c-u3"]
+    child = _fork_and_deliver(env, "never-seen", 2, run("c1", [(3, "c-u3")], None))
+    _assert_fresh(standin, env, child, "none-unknown-parent", "never saw", ["c-u3"])
 
 
 def test_a_fork_waits_for_a_parent_still_pending_at_fork_time(
@@ -343,15 +363,10 @@ def test_a_fork_waits_for_a_parent_still_pending_at_fork_time(
 def test_a_parent_that_never_catches_up_gives_a_fresh_child_after_the_bound(
     env: dict[str, Any], standin: HonchoStandIn, config_dir: Path
 ) -> None:
-    (config_dir / "settings").mkdir()
-    (config_dir / "settings" / "memhoncho.json").write_text(json.dumps({"fork_wait_s": 0}))
+    write_settings(config_dir, fork_wait_s=0)
     _capture(env, PARENT, *PARENT_RUNS)
-    env["host"].conversation_forked(PARENT, CHILD, 4)
-    _capture(env, CHILD, run("c1", [(5, "c-u5")], None))
-    child = _deliver(env, CHILD)
-    assert child.fork is not None and child.fork.outcome == "none-timeout"
-    assert child.fork.reason and "undelivered" in child.fork.reason
-    assert texts(standin, env["ws"], child.session_id) == ["c-u5"]
+    child = _fork_and_deliver(env, PARENT, 4, run("c1", [(5, "c-u5")], None))
+    _assert_fresh(standin, env, child, "none-timeout", "undelivered", ["c-u5"])
 
 
 def test_a_fork_of_an_established_fork_clones_the_fork(

@@ -7,12 +7,8 @@ in order, and the captures publish fewer hints than they make records.
 from __future__ import annotations
 
 import json
-import random
-import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,8 +16,9 @@ import test_delivery_workers
 from test_delivery_workers import (  # the same fleet, fixtures, capture and judging helpers
     KILLABLE_FLEET,
     OWNER,
+    KillPlan,
     assert_each_conversation_complete_in_order_once,
-    capture_concurrently,
+    capture_under_kills,
     conversations,
     fleet,
     wait_delivered,
@@ -62,29 +59,22 @@ def test_coalesced_hints_from_two_processes_under_worker_kills_lose_and_duplicat
     ours, theirs = names[:8], names[8:]
     standin.faults.add("latency_ms", latency_ms=20, count=None, path_contains="/messages")
     with fleet(config_dir, data_dir, KILLABLE_FLEET) as workers:
-        killable = [
-            w for w, (pool, _) in zip(workers, KILLABLE_FLEET, strict=True) if pool == "prefork"
-        ]
         other = subprocess.Popen(
             [sys.executable, "-c", OTHER_PROCESS]
             + [json.dumps([str(config_dir), str(data_dir), theirs, RUNS, OWNER, PACE_S])],
             stdout=subprocess.PIPE,
             text=True,
         )
-        capturing = threading.Thread(
-            target=capture_concurrently,
-            args=(host, ours, RUNS),
-            kwargs={"threads": 4, "pace_s": PACE_S},
-            daemon=True,
+        kills = capture_under_kills(
+            host,
+            workers,
+            ours,
+            RUNS,
+            KillPlan(pace_s=PACE_S, seed=15, gap_s=KILL_GAP_S, threads=4),
+            go_on=lambda kills, capturing: (
+                kills < KILLS and (capturing.is_alive() or other.poll() is None)
+            ),
         )
-        capturing.start()
-        rng = random.Random(15)
-        kills = 0
-        while kills < KILLS and (capturing.is_alive() or other.poll() is None):
-            time.sleep(rng.uniform(*KILL_GAP_S))
-            if rng.choice(killable).kill_child(signal.SIGKILL) is not None:
-                kills += 1
-        capturing.join()
         out, _ = other.communicate(timeout=120)
         assert other.returncode == 0
         wait_delivered(standin, workspace_id, names, RUNS)  # no re-drive: hints alone

@@ -6,7 +6,6 @@ import io
 import json
 import os
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from memhoncho import cli, relay, results, settings
 from memhoncho.deployment import Deployment
 from memhoncho.example_host import main as example_host
 from memhoncho.status.http import StatusServer, status_token
+from memhoncho.testing.processes import serving
 
 TOKEN = "status-token-from-a-file"
 
@@ -66,15 +66,8 @@ def token_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def server(config_dir: Path, data_dir: Path, token_file: Path) -> Iterator[StatusServer]:
-    running = StatusServer(Deployment(config_dir, data_dir), "127.0.0.1", 0)
-    thread = threading.Thread(
-        target=running.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    yield running
-    running.shutdown()
-    running.server_close()
-    thread.join(timeout=10)
+    with serving(StatusServer(Deployment(config_dir, data_dir), "127.0.0.1", 0)) as running:
+        yield running
 
 
 def test_the_status_healthcheck_passes_only_while_the_server_answers_the_token(

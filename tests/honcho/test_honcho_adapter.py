@@ -212,12 +212,8 @@ def test_errors_never_carry_the_key_or_the_content(workspace_id: str) -> None:
         assert invalid.value.__suppress_context__ and invalid.value.__cause__ is None
 
 
-def test_a_retried_add_messages_with_max_retries_zero_stores_once(
-    standin: HonchoStandIn, workspace_id: str
-) -> None:
-    target = HonchoTarget(standin.url, "k", workspace_id, timeout_s=FAST_TIMEOUT_S)
-    client = adapter.write_client(target)
-    adapter.ensure_session(client, "s1", "ana", "agent")
+def _time_out_every_message_after_commit(standin: HonchoStandIn) -> None:
+    """Every message POST is stored, then answered too late for the client's timeout."""
     standin.faults.add(
         "timeout_after_commit",
         count=None,
@@ -225,6 +221,15 @@ def test_a_retried_add_messages_with_max_retries_zero_stores_once(
         path_contains="/messages",
         sleep_s=FAULT_SLEEP_S,
     )
+
+
+def test_a_retried_add_messages_with_max_retries_zero_stores_once(
+    standin: HonchoStandIn, workspace_id: str
+) -> None:
+    target = HonchoTarget(standin.url, "k", workspace_id, timeout_s=FAST_TIMEOUT_S)
+    client = adapter.write_client(target)
+    adapter.ensure_session(client, "s1", "ana", "agent")
+    _time_out_every_message_after_commit(standin)
     with pytest.raises(HonchoTimeout) as caught:
         adapter.add_messages(client, "s1", [OutgoingMessage("ana", "hello")])
     assert adapter.classify(caught.value, 1).unclear
@@ -239,13 +244,7 @@ def test_the_sdk_default_of_two_retries_stores_a_timed_out_message_three_times(
         base_url=standin.url, api_key="k", workspace_id=workspace_id, timeout=FAST_TIMEOUT_S
     )
     session, ana = client.session("s1"), client.peer("ana")
-    standin.faults.add(
-        "timeout_after_commit",
-        count=None,
-        method="POST",
-        path_contains="/messages",
-        sleep_s=FAULT_SLEEP_S,
-    )
+    _time_out_every_message_after_commit(standin)
     with pytest.raises(sdk.TimeoutError):
         session.add_messages([ana.message("hello")])
     client._http.close()

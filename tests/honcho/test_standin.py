@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from honcho import Honcho
+from honcho import Honcho, Session
 from honcho.http.exceptions import (
     AuthenticationError,
     ConnectionError,
@@ -51,6 +51,14 @@ def test_the_stand_in_keeps_the_contract(standin: HonchoStandIn, scenario: Scena
     scenario(standin.url, None)
 
 
+def _session_where_ana_said_hi(standin: HonchoStandIn, workspace_id: str) -> Session:
+    """Session ``s1`` after one SDK ``add_messages`` of ana's "hi"."""
+    client = sdk(standin, workspace_id)
+    session = client.session("s1")
+    session.add_messages([client.peer("ana").message("hi")])
+    return session
+
+
 def test_the_module_says_it_is_a_test_double_and_not_honcho() -> None:
     doc = standin_module.__doc__ or ""
     assert "test double" in doc and "is not Honcho" in doc
@@ -59,9 +67,7 @@ def test_the_module_says_it_is_a_test_double_and_not_honcho() -> None:
 def test_an_author_added_by_add_messages_is_stored_with_an_empty_config(
     standin: HonchoStandIn, workspace_id: str
 ) -> None:
-    client = sdk(standin, workspace_id)
-    session = client.session("s1")
-    session.add_messages([client.peer("ana").message("hi")])
+    _session_where_ana_said_hi(standin, workspace_id)
     assert standin.peer_config(workspace_id, "s1", "ana") == {}
     assert [m["content"] for m in standin.messages(workspace_id, "s1")] == ["hi"]
 
@@ -183,24 +189,18 @@ def test_a_503_fault_fires_count_times_then_stops(
     assert fault.fired == 2 and standin.faults.list() == []
 
 
-def test_a_timeout_after_commit_leaves_the_write_stored(
-    standin: HonchoStandIn, workspace_id: str
+@pytest.mark.parametrize(
+    ("kind", "stored"), [("timeout_after_commit", ["hello"]), ("timeout_before_commit", [])]
+)
+def test_a_timeout_after_commit_leaves_the_write_stored_and_one_before_commit_stores_nothing(
+    standin: HonchoStandIn, workspace_id: str, kind: str, stored: list[str]
 ) -> None:
     client = sdk(standin, workspace_id, timeout=FAST_TIMEOUT_S)
     session, ana = client.session("s1"), client.peer("ana")
-    standin.faults.add("timeout_after_commit", path_contains="/messages", sleep_s=FAULT_SLEEP_S)
+    standin.faults.add(kind, path_contains="/messages", sleep_s=FAULT_SLEEP_S)
     with pytest.raises(TimeoutError):
         session.add_messages([ana.message("hello")])
-    assert [m["content"] for m in standin.messages(workspace_id, "s1")] == ["hello"]
-
-
-def test_a_timeout_before_commit_stores_nothing(standin: HonchoStandIn, workspace_id: str) -> None:
-    client = sdk(standin, workspace_id, timeout=FAST_TIMEOUT_S)
-    session, ana = client.session("s1"), client.peer("ana")
-    standin.faults.add("timeout_before_commit", path_contains="/messages", sleep_s=FAULT_SLEEP_S)
-    with pytest.raises(TimeoutError):
-        session.add_messages([ana.message("hello")])
-    assert standin.messages(workspace_id, "s1") == []
+    assert [m["content"] for m in standin.messages(workspace_id, "s1")] == stored
 
 
 @pytest.mark.parametrize(("after_commit", "stored"), [(False, 0), (True, 1)])
@@ -302,9 +302,7 @@ def test_the_control_endpoints_drive_the_stand_in_from_another_process(
 def test_request_count_narrows_by_path_and_method(
     standin: HonchoStandIn, workspace_id: str
 ) -> None:
-    client = sdk(standin, workspace_id)
-    session = client.session("s1")
-    session.add_messages([client.peer("ana").message("hi")])
+    session = _session_where_ana_said_hi(standin, workspace_id)
     list(session.messages())
     assert standin.request_count(path_contains="/messages") == 2
     assert standin.request_count(path_contains="/messages", method="POST") == 2

@@ -142,13 +142,21 @@ def test_chat_accepts_each_of_honchos_reasoning_levels(deployment: Deployment, l
     assert tools.honcho_chat(deployment, ANA, {"query": "hi", "reasoning_level": level})["answer"]
 
 
-def test_chat_on_a_server_without_an_llm_is_a_typed_error(
-    deployment: Deployment, standin: HonchoStandIn
+@pytest.mark.parametrize(
+    ("missing", "name", "arguments"),
+    [("llm", tools.CHAT, {"query": "anything?"}), ("embeddings", tools.REMEMBER, {"content": "x"})],
+)
+def test_chat_without_an_llm_and_remember_without_embeddings_are_typed_errors(
+    deployment: Deployment,
+    standin: HonchoStandIn,
+    missing: str,
+    name: str,
+    arguments: dict[str, Any],
 ) -> None:
-    standin.llm = False
+    setattr(standin, missing, False)
 
     with pytest.raises(HonchoNoLLM) as caught:
-        tools.call_tool(deployment, tools.CHAT, {"query": "anything?"}, ANA)
+        tools.call_tool(deployment, name, arguments, ANA)
 
     assert_names_memhoncho_not_the_key(caught.value)
 
@@ -225,17 +233,6 @@ def test_remember_with_someone_elses_or_an_unknown_conversation_stays_user_level
     (stored,) = standin.conclusions(workspace_id)
     assert stored["session_id"] is None
     assert stored["observed_id"] == ids.peer_id(ANA)
-
-
-def test_remember_on_a_server_without_embeddings_is_a_typed_error(
-    deployment: Deployment, standin: HonchoStandIn
-) -> None:
-    standin.embeddings = False
-
-    with pytest.raises(HonchoNoLLM) as caught:
-        tools.call_tool(deployment, tools.REMEMBER, {"content": "x"}, ANA)
-
-    assert_names_memhoncho_not_the_key(caught.value)
 
 
 # --------------------------------------------------------------------------- validation

@@ -14,7 +14,7 @@ from memhoncho import cli, doctor, routing
 from memhoncho.deployment import Deployment
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
-from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+from memhoncho.testing.processes import CeleryProcess, standin_env
 
 KEY = "sk-operations-test-key"
 pytestmark = pytest.mark.standin(api_key=KEY)
@@ -63,14 +63,7 @@ def live(
     workspace_id: str,
 ) -> dict[str, str]:
     point_at_standin(config_dir, standin, workspace_id, KEY, broker_url=redis_url)
-    return memhoncho_env(
-        config_dir=config_dir,
-        data_dir=data_dir,
-        broker_url=redis_url,
-        base_url=standin.url,
-        api_key=KEY,
-        workspace_id=workspace_id,
-    )
+    return standin_env(config_dir, data_dir, redis_url, standin, workspace_id)
 
 
 ALL_QUEUES = [*routing.deliver_queues(8), routing.RECALL_QUEUE, routing.MAINTENANCE_QUEUE]

@@ -11,10 +11,8 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,73 +23,30 @@ from memhoncho.deployment import Deployment
 from memhoncho.host import Host
 from memhoncho.status.view import status_view
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key
-from memhoncho.testing.processes import CeleryProcess, memhoncho_env
-
-pytestmark = pytest.mark.slow
+from memhoncho.testing.config import point_at_standin
+from memhoncho.testing.processes import CeleryProcess, memhoncho_env, standin_env, wait_until
+from memhoncho.testing.runs import answered_run
 
 KEY = "sk-operators-test-key"
-WAIT_S = 120.0  # generous: only a hang fails
-POLL_S = 0.2
+pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=KEY)]
 ALL_QUEUES = [*routing.deliver_queues(8), routing.RECALL_QUEUE, routing.MAINTENANCE_QUEUE]
-
-
-def _wait(condition: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(POLL_S)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _run(conversation: str, run: str) -> dict[str, Any]:
-    return {
-        "conversation_id": conversation,
-        "owner": "ana@example.com",
-        "run_id": run,
-        "inputs": [{"entry_id": 1, "text": f"user text of {run}"}],
-        "outcome": {
-            "status": "answered",
-            "answer": {"entry_id": 2, "content": [{"type": "text", "text": f"answer {run}"}]},
-        },
-    }
-
-
-def _configure(config_dir: Path, **values: Any) -> None:
-    (config_dir / "settings").mkdir(parents=True, exist_ok=True)
-    (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(values))
-    write_api_key(config_dir, KEY)
-
-
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(api_key=KEY) as running:
-        yield running
 
 
 @pytest.fixture
 def live(
     config_dir: Path, data_dir: Path, redis_url: str, standin: HonchoStandIn, workspace_id: str
 ) -> dict[str, str]:
-    _configure(
+    point_at_standin(
         config_dir,
+        standin,
+        workspace_id,
+        KEY,
         broker_url=redis_url,
-        base_url=standin.url,
-        workspace_id=workspace_id,
         # a failed send is fenced (4 x 1 + 0.5 s) before its reconcile: failures come in seconds
         honcho_timeout_s=1.0,
         send_settle_s=0.5,
     )
-    return memhoncho_env(
-        config_dir=config_dir,
-        data_dir=data_dir,
-        broker_url=redis_url,
-        base_url=standin.url,
-        api_key=KEY,
-        workspace_id=workspace_id,
-    )
+    return standin_env(config_dir, data_dir, redis_url, standin, workspace_id)
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:
@@ -112,7 +67,7 @@ def test_run_delivers_from_the_folders_it_was_given_not_the_environment_defaults
     tmp_path: Path, redis_url: str, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     config, data = tmp_path / "given-config", tmp_path / "given-data"
-    _configure(config, broker_url=redis_url, base_url=standin.url, workspace_id=workspace_id)
+    point_at_standin(config, standin, workspace_id, KEY, broker_url=redis_url)
     decoys = tmp_path / "decoy-config", tmp_path / "decoy-data"  # what the environment says
     env = memhoncho_env(config_dir=decoys[0], data_dir=decoys[1], api_key=None)
     log = tempfile.NamedTemporaryFile(prefix="memhoncho-run-", suffix=".log", delete=False)  # noqa: SIM115
@@ -124,10 +79,10 @@ def test_run_delivers_from_the_folders_it_was_given_not_the_environment_defaults
     conversation = "run-dirs-c1"
     session = ids.session_id(workspace_id, conversation)
     try:
-        _wait(lambda: "ready." in Path(log.name).read_text(errors="replace"), "the worker")
+        wait_until(lambda: "ready." in Path(log.name).read_text(errors="replace"), "the worker")
         with Host(config, data) as host:
-            assert host.capture(_run(conversation, "r1")).enqueued
-        _wait(lambda: len(standin.messages(workspace_id, session)) == 2, "the delivery")
+            assert host.capture(answered_run(conversation, "r1")).enqueued
+        wait_until(lambda: len(standin.messages(workspace_id, session)) == 2, "the delivery")
     finally:
         _stop_group(process)
         log.close()
@@ -149,7 +104,7 @@ def test_doctor_fails_and_health_degrades_when_no_worker_consumes_maintenance_or
 ) -> None:
     deployment = Deployment(config_dir, data_dir)
     with CeleryProcess("worker", live, queues=routing.deliver_queues(8)):
-        check = _wait(
+        check = wait_until(
             lambda: (
                 (c := doctor.run_checks(deployment)) and next(x for x in c if x.name == "workers")
             ),
@@ -157,7 +112,7 @@ def test_doctor_fails_and_health_degrades_when_no_worker_consumes_maintenance_or
         )
         assert check.verdict == "fail"
         assert "no worker consumes memhoncho.recall, memhoncho.maintenance" in check.detail
-        view = _wait(
+        view = wait_until(
             lambda: (v := status_view(deployment)) and v["tasks"].get("live_workers") and v,
             "the worker's heartbeat",
         )
@@ -167,7 +122,7 @@ def test_doctor_fails_and_health_degrades_when_no_worker_consumes_maintenance_or
             "no live worker consumes memhoncho.recall, memhoncho.maintenance"
             in view["health"]["reasons"]
         )
-    gone = _wait(
+    gone = wait_until(
         lambda: (v := status_view(deployment)) and v["tasks"]["live_workers"] == 0 and v,
         "the worker's heartbeat to go with it",
     )
@@ -188,12 +143,12 @@ def test_health_turns_failing_with_a_failing_honcho_and_back_to_healthy(
     standin.faults.add("http_503", count=None, path_contains="/messages", method="POST")
     worker = CeleryProcess("worker", live, queues=ALL_QUEUES)
     with worker, CeleryProcess("beat", live), Host(config_dir, data_dir) as host:
-        _wait(
+        wait_until(
             lambda: (v := status_view(deployment))["health"]["verdict"] == "healthy" and v,
             "a healthy start (a beat, every queue consumed, nothing pending)",
         )
-        assert host.capture(_run(conversation, "r1")).enqueued
-        failing = _wait(
+        assert host.capture(answered_run(conversation, "r1")).enqueued
+        failing = wait_until(
             lambda: (v := status_view(deployment))["health"]["verdict"] == "failing" and v,
             "the verdict to turn failing",
         )
@@ -206,7 +161,7 @@ def test_health_turns_failing_with_a_failing_honcho_and_back_to_healthy(
 
         standin.faults.clear()
         host.enqueue_delivery(conversation)
-        healthy = _wait(
+        healthy = wait_until(
             lambda: (v := status_view(deployment))["health"]["verdict"] == "healthy" and v,
             "the verdict to come back to healthy",
         )
@@ -261,8 +216,8 @@ def test_flower_from_the_default_install_lists_the_worker_and_memhoncho_tasks(
     with worker:
         flower.start(wait=False)  # Flower prints no "ready" line; its API answering is ready
         try:
-            _wait(lambda: _flower_get(f"{url}/api/workers?refresh=1"), "Flower's API", 60)
-            workers = _wait(
+            wait_until(lambda: _flower_get(f"{url}/api/workers?refresh=1"), "Flower's API", 60)
+            workers = wait_until(
                 lambda: (
                     (w := _flower_get(f"{url}/api/workers?refresh=1"))
                     and any(name.startswith("flower-seen@") for name in w)
@@ -274,8 +229,8 @@ def test_flower_from_the_default_install_lists_the_worker_and_memhoncho_tasks(
             consumed = {q["name"] for q in workers[name].get("active_queues") or []}
             assert routing.MAINTENANCE_QUEUE in consumed
             with Host(config_dir, data_dir) as host:
-                assert host.capture(_run("flower-c1", "r1")).enqueued
-            tasks = _wait(
+                assert host.capture(answered_run("flower-c1", "r1")).enqueued
+            tasks = wait_until(
                 lambda: (
                     (t := _flower_get(f"{url}/api/tasks"))
                     and any(
@@ -306,9 +261,9 @@ def test_a_worker_with_log_format_json_writes_its_fields_as_json_lines(
     session = ids.session_id(workspace_id, conversation)
     worker = CeleryProcess("worker", env, queues=ALL_QUEUES)
     with worker, Host(config_dir, data_dir) as host:
-        assert host.capture(_run(conversation, "r1")).enqueued
-        _wait(lambda: len(standin.messages(workspace_id, session)) == 2, "the delivery")
-        _wait(lambda: "batch_delivered" in worker.log_text(), "the delivery's log line")
+        assert host.capture(answered_run(conversation, "r1")).enqueued
+        wait_until(lambda: len(standin.messages(workspace_id, session)) == 2, "the delivery")
+        wait_until(lambda: "batch_delivered" in worker.log_text(), "the delivery's log line")
     lines = [json.loads(line) for line in worker.log_text().splitlines() if line.startswith("{")]
     delivered = [line for line in lines if line.get("action") == "batch_delivered"]
     assert delivered, worker.log_text()[-3000:]

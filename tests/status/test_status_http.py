@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from memhoncho import cli
 from memhoncho.deployment import Deployment
 from memhoncho.errors import ConfigError
 from memhoncho.status.http import METRICS_PATH, STATUS_PATH, StatusServer, status_token
+from memhoncho.testing.processes import serving
 
 TOKEN = "status-token-for-tests-0123456789"
 
@@ -35,15 +35,8 @@ def server(config_dir: Path, data_dir: Path) -> Iterator[StatusServer]:
     (config_dir / "secrets.json").write_text(
         json.dumps({"status-token": TOKEN, "api-key": "sk-KEY"})
     )
-    running = StatusServer(Deployment(config_dir, data_dir), "127.0.0.1", 0)
-    thread = threading.Thread(
-        target=running.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    yield running
-    running.shutdown()
-    running.server_close()
-    thread.join(timeout=10)
+    with serving(StatusServer(Deployment(config_dir, data_dir), "127.0.0.1", 0)) as running:
+        yield running
 
 
 @pytest.mark.parametrize(

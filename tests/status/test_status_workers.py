@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,26 +15,16 @@ from memhoncho.status.view import status_view
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
-from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+from memhoncho.testing.processes import CeleryProcess, standin_env, wait_until
+from memhoncho.testing.runs import answered_run
 
 KEY = "sk-status-workers-key"
 pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=KEY)]
 CONVERSATION = "status-c1"
-WAIT_S = 120.0  # generous: only a hang fails
-POLL_S = 0.2
 
 
 def _run(run: str) -> dict[str, Any]:
-    return {
-        "conversation_id": CONVERSATION,
-        "owner": "ana@example.com",
-        "run_id": run,
-        "inputs": [{"entry_id": 1, "text": f"user text of {run}"}],
-        "outcome": {
-            "status": "answered",
-            "answer": {"entry_id": 2, "content": [{"type": "text", "text": f"answer {run}"}]},
-        },
-    }
+    return answered_run(CONVERSATION, run)
 
 
 @pytest.fixture
@@ -45,28 +34,11 @@ def env(
     point_at_standin(
         config_dir, standin, workspace_id, KEY, broker_url=redis_url, honcho_timeout_s=5.0
     )
-    return memhoncho_env(
-        config_dir=config_dir,
-        data_dir=data_dir,
-        broker_url=redis_url,
-        base_url=standin.url,
-        api_key=KEY,
-        workspace_id=workspace_id,
-    )
+    return standin_env(config_dir, data_dir, redis_url, standin, workspace_id)
 
 
 def _queues() -> list[str]:
     return [routing.deliver_queue(CONVERSATION, 8), routing.MAINTENANCE_QUEUE]
-
-
-def _wait(condition: Any, what: str) -> Any:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(POLL_S)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _deliver_task(view: dict[str, Any]) -> dict[str, Any]:
@@ -81,7 +53,7 @@ def test_a_failing_honcho_shows_in_failures_and_pending_age_then_clears(
     with CeleryProcess("worker", env, queues=_queues()), Host(config_dir, data_dir) as host:
         assert host.capture(_run("r1")).enqueued
         assert host.capture(_run("r2")).enqueued
-        failing = _wait(
+        failing = wait_until(
             lambda: (
                 (v := status_view(deployment))
                 and _deliver_task(v).get("consecutive_failures", 0) >= 2
@@ -102,11 +74,11 @@ def test_a_failing_honcho_shows_in_failures_and_pending_age_then_clears(
 
         standin.faults.clear()
         host.enqueue_delivery(CONVERSATION)
-        healthy = _wait(
+        healthy = wait_until(
             lambda: (v := status_view(deployment)) and v["outbox"]["pending_batches"] == 0 and v,
             "the backlog to drain",
         )
-        healthy = _wait(
+        healthy = wait_until(
             lambda: (
                 (v := status_view(deployment))
                 and _deliver_task(v).get("consecutive_failures") == 0
@@ -132,7 +104,7 @@ def test_a_worker_stopped_with_sigterm_mid_delivery_finishes_it(
     try:
         with Host(config_dir, data_dir) as host:
             assert host.capture(_run("r1")).enqueued
-            _wait(
+            wait_until(
                 lambda: (ledger := read_ledger(host.deployment.layout, key)) and ledger.in_flight,
                 "the send to begin",
             )

@@ -22,15 +22,10 @@ from memhoncho.upkeep.audit import audit
 from memhoncho.upkeep.sweep import sweep
 
 KEY = "sk-audit-test-key"
+pytestmark = pytest.mark.standin(api_key=KEY)
 OWNER = "ana@example.com"
 CONVERSATION = "conv-audit"
 OTHER = "conv-clean"
-
-
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(api_key=KEY) as running:
-        yield running
 
 
 @pytest.fixture

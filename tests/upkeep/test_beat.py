@@ -23,7 +23,7 @@ from memhoncho.memory import SectionsStatus
 from memhoncho.models import RunEvent
 from memhoncho.store.deadletters import read_dead
 from memhoncho.store.outbox import Outbox
-from memhoncho.testing import HonchoStandIn
+from memhoncho.testing import HonchoStandIn, processes
 from memhoncho.testing.config import write_api_key
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.upkeep.sweep import sweep
@@ -43,13 +43,7 @@ DAY_S = 86_400.0
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(POLL_S)
-    raise AssertionError(f"timed out waiting for {what}")
+    return processes.wait_until(check, what, timeout_s, POLL_S)
 
 
 def run(conversation: str, n: int, *, answered: bool = True) -> dict[str, Any]:

@@ -15,22 +15,14 @@ from memhoncho.models import Ledger
 from memhoncho.status.view import status_view
 from memhoncho.store.atomic import write_json
 from memhoncho.store.ledger import write_ledger
+from memhoncho.testing.runs import answered_run
 
 ANA = "ana@example.com"
 BO = "bo@example.com"
 
 
 def _run(conversation: str, run: str, owner: str | None) -> dict[str, Any]:
-    return {
-        "conversation_id": conversation,
-        "owner": owner,
-        "run_id": run,
-        "inputs": [{"entry_id": 1, "text": f"hello from {run}"}],
-        "outcome": {
-            "status": "answered",
-            "answer": {"entry_id": 2, "content": [{"type": "text", "text": "hi"}]},
-        },
-    }
+    return answered_run(conversation, run, owner)
 
 
 def _files(root: Path) -> dict[str, bytes]:

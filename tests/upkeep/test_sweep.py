@@ -80,6 +80,13 @@ def _deliver_up_to(deployment: Deployment, conversation: str, seq: int, **extra:
     )
 
 
+def _dead_lettered(deployment: Deployment, conversation: str, records: int) -> str:
+    """``records`` records captured past retention, moved to dead letters by a sweep."""
+    _capture(deployment, conversation, records, captured_at=time.time() - 31 * DAY_S)
+    sweep(deployment, Recorder())
+    return ids.conversation_key(conversation)
+
+
 def _outbox_seqs(deployment: Deployment, conversation: str) -> list[int]:
     return [
         r["seq"] for r in Outbox(deployment.layout).read(ids.conversation_key(conversation)).records
@@ -170,10 +177,7 @@ def test_retention_waits_while_a_delivery_holds_the_conversation(deployment: Dep
 def test_replay_brings_dead_letters_back_once_and_the_next_sweep_keeps_them(
     deployment: Deployment,
 ) -> None:
-    old = time.time() - 31 * DAY_S
-    _capture(deployment, "c.r", 2, captured_at=old)
-    sweep(deployment, Recorder())
-    key = ids.conversation_key("c.r")
+    key = _dead_lettered(deployment, "c.r", 2)
     enqueue = Recorder()
     first = replay(deployment, enqueue=enqueue)
     assert (first.replayed, first.left) == (2, 0)
@@ -191,10 +195,7 @@ def test_replay_brings_dead_letters_back_once_and_the_next_sweep_keeps_them(
 def test_replay_after_a_crash_between_append_and_removal_appends_nothing_twice(
     deployment: Deployment,
 ) -> None:
-    old = time.time() - 31 * DAY_S
-    _capture(deployment, "c.crash", 2, captured_at=old)
-    sweep(deployment, Recorder())
-    key = ids.conversation_key("c.crash")
+    key = _dead_lettered(deployment, "c.crash", 2)
     dead_bytes = deployment.layout.dead(key).read_bytes()
     replay(deployment, "c.crash")
     deployment.layout.dead(key).write_bytes(dead_bytes)  # as if the removal never happened
