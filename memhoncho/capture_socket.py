@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 CONNECT_TIMEOUT_S = 0.5  # a relay that does not accept within this is not used
 ANSWER_TIMEOUT_S = 20.0  # a capture is one fsync; past this the command captures itself
-MAX_RUN_BYTES = 64 * 1024 * 1024  # a request larger than this is cut off (the size limit refuses)
+#: a larger request is declined unread: the command captures it itself (and refuses it there)
+MAX_RUN_BYTES = 64 * 1024 * 1024
 #: a fault for tests: the relay SIGKILLs itself after the capture, before it answers
 FAULT_ENV = "MEMHONCHO_FAULT_RELAY_CAPTURE"
 KILL_BEFORE_ANSWER = "kill-before-answer"
@@ -179,6 +180,10 @@ class CaptureServer:
             self._inode = os.stat(self.path).st_ino  # stop() removes only this file
         except OSError as exc:  # e.g. a path over the 107 bytes AF_UNIX takes
             sock.close()
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
             log.warning(
                 "capture socket not served: captures run in their own process",
                 extra={"action": "capture_socket_failed", "error": type(exc).__name__},
@@ -224,8 +229,10 @@ class CaptureServer:
                     data += chunk
                 header, _, raw = bytes(data).partition(b"\n")
                 asked = json.loads(header).get("config_dir")
-                if asked != self.config_dir:
-                    answer: Answer = (-1, "", "")  # another configuration: not this relay's
+                if len(data) > MAX_RUN_BYTES:
+                    answer: Answer = (-1, "", "")  # not read whole: the command captures it
+                elif asked != self.config_dir:
+                    answer = (-1, "", "")  # another configuration: not this relay's
                 else:
                     answer = self.capture(raw)
                     if os.environ.get(FAULT_ENV) == KILL_BEFORE_ANSWER:
