@@ -40,6 +40,7 @@ MAX_RUN_BYTES = 64 * 1024 * 1024
 #: a fault for tests: the relay SIGKILLs itself after the capture, before it answers
 FAULT_ENV = "MEMHONCHO_FAULT_RELAY_CAPTURE"
 KILL_BEFORE_ANSWER = "kill-before-answer"
+KILL_BEFORE_CAPTURE = "kill-before-capture"  # ... holding the request, before it captures
 
 Answer = tuple[int, str, str]  # exit code, stdout, stderr
 
@@ -144,6 +145,14 @@ def _listening(path: str) -> bool:
         return False
 
 
+def _fault(point: str) -> None:
+    """Tests only: the relay dies here, as by ``kill -9``, when ``FAULT_ENV`` names ``point``."""
+    if os.environ.get(FAULT_ENV) == point:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 # ---- the server: in the relay ------------------------------------------------------------
 
 
@@ -234,11 +243,9 @@ class CaptureServer:
                 elif asked != self.config_dir:
                     answer = (-1, "", "")  # another configuration: not this relay's
                 else:
+                    _fault(KILL_BEFORE_CAPTURE)
                     answer = self.capture(raw)
-                    if os.environ.get(FAULT_ENV) == KILL_BEFORE_ANSWER:
-                        import signal
-
-                        os.kill(os.getpid(), signal.SIGKILL)
+                    _fault(KILL_BEFORE_ANSWER)
                 code, out, err = answer
                 conn.sendall(json.dumps({"exit": code, "stdout": out, "stderr": err}).encode())
             except (OSError, ValueError, AttributeError):

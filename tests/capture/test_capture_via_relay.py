@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from memhoncho import dirs, ids
-from memhoncho.capture_socket import FAULT_ENV, KILL_BEFORE_ANSWER
+from memhoncho.capture_socket import FAULT_ENV, KILL_BEFORE_ANSWER, KILL_BEFORE_CAPTURE
 from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing.config import write_settings
@@ -136,21 +136,26 @@ def test_a_relay_of_another_configuration_is_not_used(short_root: Path) -> None:
     assert code == 3 and json.loads(err)["code"] == "ERR_OUTBOX_CAPACITY"
 
 
-def test_a_relay_killed_after_writing_but_before_answering_leaves_the_record_once_and_exit_0(
-    short_root: Path,
+@pytest.mark.parametrize(
+    ("fault", "status"),
+    [(KILL_BEFORE_CAPTURE, "captured"), (KILL_BEFORE_ANSWER, "duplicate")],
+)
+def test_a_relay_killed_holding_the_run_leaves_its_record_once_and_the_command_exits_0(
+    short_root: Path, fault: str, status: str
 ) -> None:
     config, data = short_root / "config", short_root / "data"
     run = json.dumps(run_event("conv-1", 0)).encode()
-    relay = RelayProcess(config, data, {FAULT_ENV: KILL_BEFORE_ANSWER}).start()
+    relay = RelayProcess(config, data, {FAULT_ENV: fault}).start()
     try:
         code, out, err = capture(config, data, run)
         assert relay.proc is not None and relay.proc.wait(10) == -9  # it died holding it
     finally:
         relay.stop()
-    # The relay wrote the record; the command's own capture found it: a duplicate, a success.
+    # Killed before its capture, the command's own writes the record; killed after, the
+    # command's own finds it: a duplicate, which is a success (exit 0).
     assert (code, err) == (0, b"")
     answer: dict[str, Any] = json.loads(out)
-    assert answer["status"] == "duplicate"
+    assert answer["status"] == status
     assert batch_ids(data, "conv-1") == [answer["batch_id"]]
     assert capture(config, data, run)[0] == 0  # the socket left behind is a failed connect
     assert batch_ids(data, "conv-1") == [answer["batch_id"]]
