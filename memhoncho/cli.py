@@ -9,9 +9,10 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from memhoncho import capture_socket
 from memhoncho.bench import BENCHMARKS
 from memhoncho.errors import MemhonchoError
 
@@ -87,39 +88,79 @@ EXIT_NOT_NOW = 3
 
 def _cmd_capture(args: argparse.Namespace) -> int:
     """One run as JSON (stdin or ``--file``) made durable; the CaptureResult as JSON on stdout,
-    or the typed error as JSON on stderr. Publishes no hint unless ``--hint`` (the relay does)."""
-    from memhoncho.errors import InvalidEvent, InvalidInput
+    or the typed error as JSON on stderr. Publishes no hint unless ``--hint`` (the relay does).
+    ``main`` first tries the relay's socket (``capture_socket.py``); this is the in-process way.
+    """
     from memhoncho.host import Host
 
     try:
-        if args.file:
+        raw = capture_socket.cached_stdin()
+        if raw is None and args.file:
             with open(args.file, "rb") as source:
                 raw = source.read()
-        else:
+        elif raw is None:
             raw = sys.stdin.buffer.read()
-        try:
-            event = json.loads(raw)
-        except ValueError:  # the position only: the text may be someone's message
-            raise InvalidEvent("the run is not valid JSON") from None
         with Host(args.config_dir, args.data_dir, hints=args.hint) as host:
-            result = host.capture(event)
+            code, out, err = capture_answer(host.capture, raw)
     except OSError as exc:
         print(json.dumps({"code": "ERR_INPUT", "message": exc.strerror}), file=sys.stderr)
         return EXIT_REFUSED
     except MemhonchoError as exc:
-        print(json.dumps(exc.as_dict(), default=str), file=sys.stderr)
-        return EXIT_REFUSED if isinstance(exc, InvalidInput) else EXIT_NOT_NOW
-    print(result.model_dump_json())
-    return 0
+        code, out, err = _refusal(exc)
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return code
+
+
+def capture_answer(capture: Callable[[Any], Any], raw: bytes) -> capture_socket.Answer:
+    """What ``memhoncho capture`` prints for one run, and its exit code: shared by the command
+    and the relay's socket, so both answer alike."""
+    from memhoncho.errors import InvalidEvent
+
+    try:
+        try:
+            event = json.loads(raw)
+        except ValueError:  # the position only: the text may be someone's message
+            raise InvalidEvent("the run is not valid JSON") from None
+        result = capture(event)
+    except MemhonchoError as exc:
+        return _refusal(exc)
+    return 0, result.model_dump_json() + "\n", ""
+
+
+def _refusal(exc: MemhonchoError) -> capture_socket.Answer:
+    from memhoncho.errors import InvalidInput
+
+    code = EXIT_REFUSED if isinstance(exc, InvalidInput) else EXIT_NOT_NOW
+    return code, "", json.dumps(exc.as_dict(), default=str) + "\n"
 
 
 def _cmd_relay(args: argparse.Namespace) -> int:
     """Turn new outbox lines into delivery hints until stopped (``memhoncho.relay``)."""
+    import signal
+
     from memhoncho import relay
     from memhoncho.host import Host
 
     with Host(args.config_dir, args.data_dir) as host:
-        relay.run(host.deployment, host.enqueue_delivery, exit_with_parent=args.exit_with_parent)
+        # Captures through the socket publish nothing, as the command's own: they leave this
+        # relay a request, so one conversation's hints coalesce however they were captured.
+        capturing = Host(args.config_dir, args.data_dir, hints=False)
+        server = capture_socket.CaptureServer(
+            str(host.deployment.config_dir),
+            str(host.deployment.data_dir),
+            lambda raw: capture_answer(capturing.capture, raw),
+        )
+        # SIGTERM (compose, systemd) unwinds, so the socket file is removed on the way out.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        server.start()
+        try:
+            relay.run(
+                host.deployment, host.enqueue_delivery, exit_with_parent=args.exit_with_parent
+            )
+        finally:
+            server.stop()
+            capturing.close()
     return 0
 
 
@@ -364,6 +405,10 @@ def _setup_logging(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A plain capture goes to the relay's socket before anything heavy is imported.
+    fast = capture_socket.fast_capture(list(sys.argv[1:] if argv is None else argv))
+    if fast is not None:
+        return fast
     args = _build_parser().parse_args(argv)
     _setup_logging(args)
     try:

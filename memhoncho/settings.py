@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from memhoncho import dirs
 from memhoncho.redaction import check_pattern
 
 log = logging.getLogger(__name__)
@@ -95,19 +96,13 @@ FIELDS = Settings.model_fields
 
 
 def config_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """Explicit, else ``MEMHONCHO_CONFIG_DIR``, else ``~/.config/memhoncho``."""
-    if explicit is not None:
-        return Path(explicit)
-    env = os.environ.get("MEMHONCHO_CONFIG_DIR")
-    return Path(env) if env else Path.home() / ".config" / "memhoncho"
+    """Explicit, else ``MEMHONCHO_CONFIG_DIR``, else ``~/.config/memhoncho`` (``dirs.py``)."""
+    return Path(dirs.config_dir(explicit))
 
 
 def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """Explicit, else ``MEMHONCHO_DATA_DIR``, else ``~/.local/share/memhoncho``."""
-    if explicit is not None:
-        return Path(explicit)
-    env = os.environ.get("MEMHONCHO_DATA_DIR")
-    return Path(env) if env else Path.home() / ".local" / "share" / "memhoncho"
+    """Explicit, else ``MEMHONCHO_DATA_DIR``, else ``~/.local/share/memhoncho`` (``dirs.py``)."""
+    return Path(dirs.data_dir(explicit))
 
 
 RACY_S = 0.05  # seconds; a file changed this recently may change again within one mtime tick

@@ -107,3 +107,29 @@ def test_a_capture_builds_the_validators_of_what_it_validates_and_no_others(
     # A capture with no ledger yet (nothing delivered) reads no ledger, so it builds neither
     # Ledger's validator nor those of the models nested in it.
     assert _printed(code, tmp_path) == ["CaptureResult", "RunEvent"]
+
+
+def test_a_capture_through_the_relay_loads_no_pydantic_nor_settings(tmp_path: Path) -> None:
+    import shutil
+    import tempfile
+
+    from memhoncho.testing.relay import RelayProcess
+
+    root = Path(tempfile.mkdtemp(prefix="mh-", dir="/tmp"))  # a socket path fits 107 bytes
+    try:
+        config, data = root / "config", root / "data"
+        run = root / "run.json"
+        run.write_text(json.dumps(run_event("c1", 0)))
+        argv = ["--config-dir", str(config), "--data-dir", str(data), "capture"]
+        argv += ["--file", str(run)]
+        code = (
+            "import json, sys\nfrom memhoncho import cli\n"
+            f"assert cli.main({argv!r}) == 0\n"
+            "print(json.dumps(sorted(m for m in ('pydantic', 'memhoncho.settings',"
+            " 'memhoncho.host') if m in sys.modules)))"
+        )
+        with RelayProcess(config, data):
+            printed = _printed(code, tmp_path)
+        assert isinstance(printed, list) and printed == []
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
