@@ -22,13 +22,12 @@ from pydantic import ValidationError
 from memhoncho import ids
 from memhoncho.capture import build_record, is_selected
 from memhoncho.deployment import Deployment
-from memhoncho.errors import CorruptFile, InvalidEvent
+from memhoncho.errors import InvalidEvent
 from memhoncho.hints import HintPool, settled
 from memhoncho.models import CaptureResult, CaptureStatus, RunEvent
 from memhoncho.recall import remote
 from memhoncho.recall import tools as recall_tools
-from memhoncho.store.ledger import LedgerCache
-from memhoncho.store.outbox import Outbox
+from memhoncho.store import open_store
 
 if TYPE_CHECKING:
     from memhoncho.memory import Sections
@@ -50,8 +49,6 @@ class Host:
         data_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.deployment = Deployment.from_dirs(config_dir, data_dir)
-        self.outbox = Outbox(self.deployment.layout)
-        self._ledgers = LedgerCache(self.deployment.layout)
         self._app: Celery | None = None
         self._app_lock = threading.Lock()
         self._broker_down_until = 0.0
@@ -79,12 +76,12 @@ class Host:
         if record is None:
             return CaptureResult(status=CaptureStatus.EMPTY)
         hint: list[Future[bool] | None] = []
-        appended = self.outbox.append(  # CaptureTooLarge past max_batch_bytes, encoded once
+        # The files of the data dir, or the database of ``store_url`` (StoreUnavailable: down).
+        store = open_store(self.deployment.data_dir, current.store_url, current.store_timeout_s)
+        appended = store.append(  # CaptureTooLarge past max_batch_bytes, encoded once
             key,
             record,
             max_pending=current.max_pending_batches,
-            delivered_seq=lambda: self._delivered_seq(key),
-            delivered_before=lambda batch: self._delivered_before(key, batch),
             max_bytes=current.max_batch_bytes,
             # The hint is published while the line is fsynced (see hints.py).
             after_write=lambda: hint.append(self._hint_soon(run.conversation_id)),
@@ -95,18 +92,6 @@ class Host:
         return CaptureResult(
             status=CaptureStatus.CAPTURED, batch_id=record["batch_id"], enqueued=enqueued
         )
-
-    def _delivered_seq(self, key: str) -> int:
-        try:
-            return self._ledgers.delivered_seq(key)
-        except CorruptFile:
-            return 0  # the outbox's own clock still orders the new record after the old
-
-    def _delivered_before(self, key: str, batch_id: str) -> bool:
-        try:
-            return self._ledgers.delivered_before(key, batch_id)
-        except CorruptFile:
-            return False  # accept: a redelivery is deduplicated against Honcho, a loss is not
 
     # ---- hints to workers ---------------------------------------------------------------
 

@@ -34,15 +34,8 @@ from typing import TYPE_CHECKING, Any
 from memhoncho.errors import ForkWaiting, HonchoRejected
 from memhoncho.honcho import adapter
 from memhoncho.models import ForkDecision, Ledger
-from memhoncho.store.forks import (
-    ForkRecord,
-    append_decision,
-    read_clone_marker,
-    remove_clone_marker,
-    write_clone_marker,
-)
-from memhoncho.store.layout import Layout
-from memhoncho.store.ledger import write_ledger
+from memhoncho.store.base import Store
+from memhoncho.store.forks import ForkRecord
 
 if TYPE_CHECKING:
     from honcho import Honcho
@@ -74,7 +67,7 @@ class Clone:
 
     def __init__(
         self,
-        layout: Layout,
+        store: Store,
         client: Honcho,
         key: str,
         record: ForkRecord,
@@ -85,7 +78,7 @@ class Clone:
         anchor_window: int,
         settle_s: float,
     ) -> None:
-        self.layout = layout
+        self.store = store
         self.client = client
         self.key = key
         self.record = record
@@ -134,7 +127,7 @@ class Clone:
                 if exc.status != 404:
                     raise
                 self._untag_parent(parent_sid)
-                remove_clone_marker(self.layout, self.parent_key)
+                self.store.remove_clone_marker(self.parent_key)
                 return self._anchor_gone(ledger, intent)
             reached("cloned")
         if intent.get("clone_session_id") != clone_sid:
@@ -144,7 +137,7 @@ class Clone:
         self._tag_clone(clone_sid, tag)
         reached("clone-tagged")
         self._untag_parent(parent_sid)
-        remove_clone_marker(self.layout, self.parent_key)
+        self.store.remove_clone_marker(self.parent_key)
         reached("parent-untagged")
         adapter.ensure_session(self.client, clone_sid, self.user_peer_id, self.agent_peer_id)
         reached("peers-ensured")
@@ -158,7 +151,7 @@ class Clone:
             decided_at=time.time(),
             reason=f"cloned the parent at its anchor for entry {intent['anchor_entry']}",
         )
-        append_decision(self.layout, self.key, decision)
+        self.store.append_decision(self.key, decision)
         ledger = self._write(
             ledger, session_id=clone_sid, anchors=anchors, fork=decision, clone_intent=None
         )
@@ -178,7 +171,7 @@ class Clone:
 
     def _write(self, ledger: Ledger, **update: Any) -> Ledger:
         ledger = ledger.model_copy(update=update)
-        write_ledger(self.layout, self.key, ledger)
+        self.store.write_ledger(self.key, ledger)
         return ledger
 
     def _fence(self) -> None:
@@ -191,12 +184,12 @@ class Clone:
         was taken, so ``settle_s`` (the client timeout) after the fence began, they have
         landed. A short wait is slept; a long one is a ForkWaiting (the fence start is kept).
         """
-        marker = read_clone_marker(self.layout, self.parent_key)
+        marker = self.store.read_clone_marker(self.parent_key)
         if marker is not None:
             fence_at = marker.get("fence_at")
             if not isinstance(fence_at, float):
                 fence_at = time.time()
-                write_clone_marker(self.layout, self.parent_key, {"fence_at": fence_at})
+                self.store.write_clone_marker(self.parent_key, {"fence_at": fence_at})
             remaining = fence_at + self.settle_s - time.time()
             if remaining > SETTLE_SLEEP_MAX_S:
                 raise ForkWaiting(
@@ -204,7 +197,7 @@ class Clone:
                 )
             if remaining > 0:
                 time.sleep(remaining)
-        write_clone_marker(self.layout, self.parent_key, {"writing_since": time.time()})
+        self.store.write_clone_marker(self.parent_key, {"writing_since": time.time()})
 
     def _find(self, tag: str, parent_sid: str) -> str | None:
         """The session an earlier attempt cloned: it carries the tag, tagged as a clone or not."""
@@ -259,7 +252,7 @@ class Clone:
             decided_at=time.time(),
             reason="the parent's anchor message is no longer in Honcho; starting fresh",
         )
-        append_decision(self.layout, self.key, decision)
+        self.store.append_decision(self.key, decision)
         log.warning(
             "fork starts fresh: the anchor message is gone",
             extra={"action": "fork_resolved", "conversation": self.key, "outcome": "none-window"},

@@ -30,11 +30,7 @@ from memhoncho.errors import MemhonchoError
 from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
 from memhoncho.settings import Settings
-from memhoncho.store import peek
-from memhoncho.store.atomic import write_json
-from memhoncho.store.ledger import read_ledger, write_ledger
-from memhoncho.store.locks import file_lock
-from memhoncho.store.outbox import Outbox, Record
+from memhoncho.store.base import Record
 
 if TYPE_CHECKING:
     from honcho import Honcho
@@ -77,14 +73,14 @@ def deliver_conversation(
     MissingApiKey when there is work but no key, ForkWaiting while a fork's parent lags.
     """
     key = ids.conversation_key(conversation_id)
-    with file_lock(deployment.layout.conversation_lock(key), timeout_s=0):
+    with deployment.store().conversation_lock(key, timeout_s=0):
         return _Delivery(deployment, conversation_id, key).run(max_calls)
 
 
 def messages_delivered(deployment: Deployment, conversation_id: str) -> int:
     """How many messages the ledger says Honcho holds (-1 when it cannot be read): progress."""
     try:
-        ledger = read_ledger(deployment.layout, ids.conversation_key(conversation_id))
+        ledger = deployment.store().read_ledger(ids.conversation_key(conversation_id))
     except MemhonchoError:
         return -1
     return ledger.messages_delivered if ledger else 0
@@ -95,7 +91,7 @@ class _Delivery:
 
     def __init__(self, deployment: Deployment, conversation_id: str, key: str) -> None:
         self.deployment = deployment
-        self.layout = deployment.layout
+        self.store = deployment.store()
         self.conversation_id = conversation_id
         self.key = key
         self.report = DeliveryReport(conversation_id)
@@ -106,11 +102,11 @@ class _Delivery:
         self.ensured_peers: set[str] = {self.settings.agent_peer_id}
 
     def run(self, max_calls: int) -> DeliveryReport:
-        self.ledger = read_ledger(self.layout, self.key) or self.ledger
+        self.ledger = self.store.read_ledger(self.key) or self.ledger
         self.report.session_id = self.ledger.session_id
         if not self.ledger.in_flight and self._nothing_past(self.ledger.delivered_seq):
             return self.report  # the common duplicate hint: two line reads, no parse
-        self.records = Outbox(self.layout).pending(self.key, self.ledger.delivered_seq)
+        self.records = self.store.pending(self.key, self.ledger.delivered_seq)
         if not self.records and not self.ledger.in_flight:
             return self.report
         client = adapter.write_client(self.deployment.honcho_target())  # MissingApiKey: no key
@@ -136,15 +132,14 @@ class _Delivery:
             if self._nothing_past(self.ledger.delivered_seq):
                 return
             before = self.ledger.messages_delivered
-            self.records = Outbox(self.layout).pending(self.key, self.ledger.delivered_seq)
+            self.records = self.store.pending(self.key, self.ledger.delivered_seq)
             self._send(client, max_calls)
             if self.ledger.messages_delivered == before:
                 return
 
     def _nothing_past(self, delivered_seq: int) -> bool:
-        """The outbox's newest record is delivered (a torn or odd file: read it properly)."""
-        found = peek.edges(self.layout.outbox(self.key))
-        return found is not None and (found.last is None or found.last["seq"] <= delivered_seq)
+        """The outbox's newest record is delivered (a cheap look: two line reads, one query)."""
+        return self.store.newest_seq(self.key) <= delivered_seq
 
     # ---- session --------------------------------------------------------------------
 
@@ -155,7 +150,7 @@ class _Delivery:
             return
         head = self.records[0] if self.records else {}
         owner = head.get("owner", self.ledger.owner)
-        if self.layout.pending_fork(self.key).exists():
+        if self.store.has_pending_fork(self.key):
             # The fork module's own Honcho calls are not counted in ``report.calls``.
             self.ledger = forks.resolve_pending_fork(
                 self.deployment, client, self.key, self.conversation_id, self.ledger
@@ -169,7 +164,7 @@ class _Delivery:
         self.report.calls += 3  # get-or-create, then each member's config
         self.ensured_peers.add(user_peer)
         self.ledger = self.ledger.model_copy(update={"session_id": sid, "owner": owner})
-        write_ledger(self.layout, self.key, self.ledger)
+        self.store.write_ledger(self.key, self.ledger)
         self.report.session_id = sid
         log.info(
             "honcho session established",
@@ -198,7 +193,7 @@ class _Delivery:
         self.report.calls += 1 + (len(self.ledger.in_flight) - 1) // adapter.FILTER_CHUNK
         before = self.ledger.messages_delivered
         self.ledger = self._folded(dict(found)).model_copy(update={"in_flight": []})
-        write_ledger(self.layout, self.key, self.ledger)
+        self.store.write_ledger(self.key, self.ledger)
         self.report.recovered_messages += self.ledger.messages_delivered - before
         log.info(
             "in-flight send reconciled",
@@ -226,7 +221,7 @@ class _Delivery:
         self.ledger = self.ledger.model_copy(
             update={"in_flight": [p.outbox_id for p in sending[0]], "last_error": None}
         )
-        write_ledger(self.layout, self.key, self.ledger)
+        self.store.write_ledger(self.key, self.ledger)
         for index, chunk in enumerate(sending):
             for item in chunk:
                 self._ensure_peer(client, self._author(item))
@@ -241,7 +236,7 @@ class _Delivery:
             self.ledger = self._folded(
                 dict(zip((p.outbox_id for p in chunk), honcho_ids, strict=True))
             ).model_copy(update={"in_flight": [p.outbox_id for p in following]})
-            write_ledger(self.layout, self.key, self.ledger)
+            self.store.write_ledger(self.key, self.ledger)
             self.report.delivered_messages += len(chunk)
         self.report.state = DeliveryState.MORE if rest else DeliveryState.DELIVERED
         log.info(
@@ -297,7 +292,7 @@ class _Delivery:
             error["status"] = status
         try:
             self.ledger = self.ledger.model_copy(update={"last_error": error})
-            write_ledger(self.layout, self.key, self.ledger)
+            self.store.write_ledger(self.key, self.ledger)
         except (OSError, MemhonchoError):
             log.exception(
                 "could not record a delivery failure",
@@ -311,12 +306,11 @@ class _Delivery:
     def _write_if_error_cleared(self) -> None:
         if self.ledger.last_error is not None:
             self.ledger = self.ledger.model_copy(update={"last_error": None})
-            write_ledger(self.layout, self.key, self.ledger)
+            self.store.write_ledger(self.key, self.ledger)
 
     def _mark_last_delivery(self) -> None:
-        """``state/last-delivery.json`` for the status view: the newest delivery wins."""
-        write_json(
-            self.layout.last_delivery,
+        """The last-delivery marker for the status view: the newest delivery wins."""
+        self.store.mark_last_delivery(
             {
                 "at": self.ledger.last_delivered_at or time.time(),
                 "conversation_key": self.key,

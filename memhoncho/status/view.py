@@ -19,7 +19,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.results import store as results
 from memhoncho.settings import Settings
 from memhoncho.status import render
-from memhoncho.status.census import Census, SummaryCache
+from memhoncho.status.census import Census
 
 BROKER_TIMEOUT_S = 0.5  # seconds; a broker that is down answers "degraded", not a hang
 REDIS_PRIORITY_SEP = "\x06\x16"  # kombu's Redis transport: queue key of priority n is q+sep+n
@@ -95,7 +95,7 @@ def read_marker(path: Path) -> tuple[float | None, str | None]:
 
 def last_delivery(deployment: Deployment, census: Census) -> dict[str, Any]:
     """The marker and the ledgers' newest delivery: the newer wins; neither is ever guessed."""
-    marker_at, marker_error = read_marker(deployment.layout.last_delivery)
+    marker_at, marker_error = deployment.store().last_delivery()
     ledgers_at = census.newest_delivery_at
     candidates = [(t, s) for t, s in ((marker_at, "marker"), (ledgers_at, "ledgers")) if t]
     at, source = max(candidates) if candidates else (None, None)
@@ -139,30 +139,20 @@ def forks_bucket(deployment: Deployment) -> dict[str, Any]:
     """Pending fork records and how resolved ones began (the forks module's own summary)."""
     from memhoncho.delivery.forks import fork_summary
 
-    return {"state": OK, **fork_summary(deployment.layout)}
+    return {"state": OK, **fork_summary(deployment.store())}
 
 
 def departures_bucket(deployment: Deployment) -> dict[str, Any]:
-    directory = deployment.layout.departures_dir
-    errors: list[str] = []
-    notices: list[dict[str, Any]] = []
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
-    except FileNotFoundError:
-        names = []
-    for name in names:
-        try:
-            value = json.loads((directory / name).read_bytes())
-            notices.append(
-                {
-                    "peer_id": value.get("peer_id", name[:-5]),
-                    "at": value.get("at"),
-                    "purged": bool(value.get("purged")),
-                }
-            )
-        except (OSError, ValueError, AttributeError):
-            errors.append(f"departure notice {name} cannot be read")
-    return _bucket(errors, count=len(names), notices=notices)
+    found, errors = deployment.store().departures()
+    notices = [
+        {
+            "peer_id": value.get("peer_id"),
+            "at": value.get("at"),
+            "purged": bool(value.get("purged")),
+        }
+        for value in found
+    ]
+    return _bucket(errors, count=len(found) + len(errors), notices=notices)
 
 
 # ---- broker ------------------------------------------------------------------------------
@@ -248,7 +238,6 @@ class StatusReader:
 
     def __init__(self, deployment: Deployment) -> None:
         self.deployment = deployment
-        self._summary = SummaryCache(deployment.layout)
 
     def read(self) -> dict[str, Any]:
         now = time.time()
@@ -259,7 +248,9 @@ class StatusReader:
             return {"state": DEGRADED, "degraded": ["config"], "reasons": [type(exc).__name__]}
         census_error = ""
         try:
-            census: Census | None = self._summary.census()
+            # The store keeps its census cache (the file store's by file stat), so repeated
+            # reads in one process stay cheap.
+            census: Census | None = deployment.store().census()
         except Exception as exc:
             census = None
             census_error = type(exc).__name__

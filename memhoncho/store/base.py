@@ -123,6 +123,15 @@ class Store(abc.ABC):
     def sweep_listing(self) -> SweepListing:
         """What the sweep should look at (see ``SweepListing``)."""
 
+    def quarantine_mark(self, key: str) -> int:
+        """Where the conversation's quarantine ends now (see ``quarantined_since``)."""
+        return 0
+
+    def quarantined_since(self, key: str, mark: int) -> int:
+        """Lines quarantined since ``quarantine_mark`` said ``mark`` (the database quarantines
+        nothing: it holds no torn or corrupt line)."""
+        return 0
+
     # ---- serialization -----------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -153,6 +162,15 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def read_fork(self, key: str) -> ForkRecord | None: ...
+
+    def has_pending_fork(self, key: str) -> bool:
+        """Whether the child has a fork record (an unreadable one counts: resolution says why)."""
+        from memhoncho.errors import CorruptFile
+
+        try:
+            return self.read_fork(key) is not None
+        except CorruptFile:
+            return True
 
     @abc.abstractmethod
     def create_fork(self, key: str, record: ForkRecord) -> bool:

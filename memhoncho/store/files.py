@@ -122,6 +122,17 @@ class FileStore(Store):
 
         return SweepListing(len(stamps), keys, len(unchanged), remember)
 
+    def quarantine_mark(self, key: str) -> int:
+        return sweep_index.file_stamp(self.layout.quarantine(key))[1]
+
+    def quarantined_since(self, key: str, mark: int) -> int:
+        try:
+            with open(self.layout.quarantine(key), "rb") as handle:
+                handle.seek(mark)
+                return handle.read().count(b"\n")
+        except FileNotFoundError:
+            return 0
+
     # ---- serialization -----------------------------------------------------------------------
 
     def conversation_lock(
@@ -148,6 +159,9 @@ class FileStore(Store):
 
     def read_fork(self, key: str) -> ForkRecord | None:
         return fork_files.read_fork(self.layout, key)
+
+    def has_pending_fork(self, key: str) -> bool:
+        return self.layout.pending_fork(key).exists()  # one stat, on every delivery
 
     def create_fork(self, key: str, record: ForkRecord) -> bool:
         return fork_files.create_fork(self.layout, key, record)

@@ -33,12 +33,7 @@ from memhoncho.delivery import forks
 from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile, LockBusy, MemhonchoError
 from memhoncho.models import Ledger
-from memhoncho.store import peek
-from memhoncho.store.deadletters import append_dead, dead_lock
-from memhoncho.store.ledger import read_ledger
-from memhoncho.store.locks import file_lock
-from memhoncho.store.outbox import Outbox, Record
-from memhoncho.store.sweep_index import file_stamp, load_index, outbox_stamps, save_index
+from memhoncho.store.base import Record, Store
 
 log = logging.getLogger(__name__)
 
@@ -114,35 +109,28 @@ def sweep(deployment: Deployment, enqueue: Enqueue, *, now: float | None = None)
     _resolve_forks(deployment, report)
     settings = deployment.settings()
     retention_s = settings.outbox_retention_days * DAY_S
-    layout = deployment.layout
-    outbox = Outbox(layout)
-    stamps = outbox_stamps(layout)  # taken before any look, so a change since is seen next time
-    report.listed = len(stamps)
-    index = load_index(layout)
-    clean: dict[str, list[int]] = {}
-    unchanged = looked_clean = 0  # counted here: a pydantic field assignment costs more
-    for key, stamp in stamps.items():
-        if index.get(key) == stamp:
-            unchanged += 1
-            clean[key] = stamp
-            continue
+    store = deployment.store()
+    listing = store.sweep_listing()  # taken before any look, so a change since is seen next time
+    report.listed = listing.listed
+    clean: set[str] = set()
+    looked_clean = 0  # counted here: a pydantic field assignment costs more
+    for key in listing.keys:
         try:
-            swept = _sweep_one(deployment, outbox, key, enqueue, report, now, retention_s)
+            swept = _sweep_one(deployment, store, key, enqueue, report, now, retention_s)
         except Exception as exc:  # one conversation never stops the sweep
             report.fail("conversation", exc, conversation_key=key)
             continue
         if swept is None:
             looked_clean += 1
-            clean[key] = stamp
+            clean.add(key)
         else:
             report.conversations.append(swept)
             _add_up(report, swept)
-    report.unchanged, report.clean = unchanged, looked_clean
-    if clean != index:
-        try:
-            save_index(layout, clean)
-        except OSError as exc:
-            report.fail("index", exc)
+    report.unchanged, report.clean = listing.unchanged, looked_clean
+    try:
+        listing.remember_clean(clean)
+    except (OSError, MemhonchoError) as exc:
+        report.fail("index", exc)
     report.duration_s = time.monotonic() - started
     log.info(
         "outbox sweep done",
@@ -196,7 +184,7 @@ def _plain(value: Any) -> Any:
 
 def _sweep_one(
     deployment: Deployment,
-    outbox: Outbox,
+    store: Store,
     key: str,
     enqueue: Enqueue,
     report: SweepReport,
@@ -204,23 +192,16 @@ def _sweep_one(
     retention_s: float,
 ) -> ConversationSwept | None:
     """Look at one conversation; None when it is clean (nothing pending, nothing to compact)."""
-    layout = deployment.layout
     ledger_ok = True
     try:
-        ledger = read_ledger(layout, key)
+        ledger = store.read_ledger(key)
     except CorruptFile as exc:
         report.fail("ledger", exc, conversation_key=key)
         ledger, ledger_ok = None, False
     delivered = ledger.delivered_seq if ledger else 0
-    quarantine_before = file_stamp(layout.quarantine(key))[1]
-    edges = peek.edges(layout.outbox(key))
-    if edges is None:  # a torn or corrupt line at an edge: a full read repairs it
-        with _collector_paused():
-            records = outbox.read(key).records
-        first = records[0] if records else None
-        last = records[-1] if records else None
-    else:
-        first, last = edges.first, edges.last
+    quarantine_before = store.quarantine_mark(key)
+    with _collector_paused():  # a torn edge makes the file store read (and repair) it all
+        first, last = store.edges(key)
     pending = last is not None and last["seq"] > delivered
     has_delivered = first is not None and first["seq"] <= delivered
     head_expired = (
@@ -234,8 +215,8 @@ def _sweep_one(
     if pending:
         swept.enqueued = _enqueue(enqueue, swept, report)
     if ledger_ok and (has_delivered or head_expired):
-        _compact(deployment, outbox, key, swept, delivered, now, retention_s)
-    swept.quarantined = _lines_added(layout.quarantine(key), quarantine_before)
+        _compact(store, key, swept, delivered, now, retention_s)
+    swept.quarantined = store.quarantined_since(key, quarantine_before)
     if not (pending or has_delivered or swept.quarantined):
         return None
     return swept
@@ -271,8 +252,7 @@ def _expired(record: Record, now: float, retention_s: float) -> bool:
 
 
 def _compact(
-    deployment: Deployment,
-    outbox: Outbox,
+    store: Store,
     key: str,
     swept: ConversationSwept,
     delivered: int,
@@ -280,13 +260,12 @@ def _compact(
     retention_s: float,
 ) -> None:
     """One rewrite: drop delivered records and, when no delivery is running, the expired ones."""
-    layout = deployment.layout
     with ExitStack() as stack:
         in_flight: set[str] = set()
         try:
-            stack.enter_context(file_lock(layout.conversation_lock(key), timeout_s=0))
+            stack.enter_context(store.conversation_lock(key, timeout_s=0))
             may_expire = True
-            fresh = read_ledger(layout, key)  # under the lock: the newest delivered window
+            fresh = store.read_ledger(key)  # under the lock: the newest delivered window
             if fresh is not None:
                 delivered = max(delivered, fresh.delivered_seq)
                 # a send may have reached Honcho: delivery resolves these, retention never does
@@ -306,8 +285,8 @@ def _compact(
             dead = [r for r in dropped if r["seq"] > delivered]
             if not dead:
                 return
-            with dead_lock(layout, key):
-                append_dead(layout, key, dead, RETENTION_REASON)
+            with store.dead_lock(key):
+                store.append_dead(key, dead, RETENTION_REASON)
             for record in dead:
                 log.warning(
                     "an undelivered record passed retention; moved to the dead-letter file",
@@ -324,7 +303,7 @@ def _compact(
                 )
 
         with _collector_paused():
-            kept, dropped = outbox.rewrite(key, keep, before_replace=to_dead_letters)
+            kept, dropped = store.rewrite(key, keep, before_replace=to_dead_letters)
     swept.kept = len(kept)
     swept.dead_lettered = sum(1 for r in dropped if r["seq"] > delivered)
     swept.dropped_delivered = len(dropped) - swept.dead_lettered
@@ -345,13 +324,3 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def _lines_added(path: Any, size_before: int) -> int:
-    """Lines appended to ``path`` since it was ``size_before`` bytes long."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(size_before)
-            return handle.read().count(b"\n")
-    except FileNotFoundError:
-        return 0
