@@ -589,7 +589,10 @@ class PostgresStore(Store):
         with self.connection() as conn:
             row = conn.execute(
                 "SELECT"
-                " (SELECT count(*) FROM memhoncho_conversations),"
+                # A conversation is one with a ledger or a record (its row outlives both:
+                # it keeps the capture clock).
+                " (SELECT count(*) FROM memhoncho_conversations c WHERE c.ledger IS NOT NULL"
+                "  OR EXISTS (SELECT 1 FROM memhoncho_outbox o WHERE o.key = c.key)),"
                 " (SELECT count(*) FROM memhoncho_conversations WHERE ledger IS NOT NULL),"
                 " (SELECT count(*) FROM memhoncho_conversations WHERE has_session),"
                 " (SELECT max(last_delivered_at) FROM memhoncho_conversations),"
