@@ -71,3 +71,75 @@ def empty_tables(url: str) -> None:
 
     with psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
         conn.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY")
+
+
+class PrivateCluster:
+    """A PostgreSQL server of its own (``initdb`` + ``pg_ctl``) in a temporary directory, on a
+    free port, so a test can stop and restart it without touching anyone else's server.
+
+    Run as root, the server runs as the ``postgres`` user (``initdb`` refuses root).
+    """
+
+    def __init__(self, bin_dir: str | None = None) -> None:
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        self.bin_dir = Path(bin_dir or _postgres_bin_dir())
+        self.root = Path(tempfile.mkdtemp(prefix="memhoncho-pg-"))
+        self.data = self.root / "data"
+        self.port = _free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self._as_postgres = os.geteuid() == 0
+        if self._as_postgres:
+            shutil.chown(self.root, "postgres", "postgres")
+
+    def _run(self, *args: str) -> None:
+        import subprocess
+
+        command = [str(self.bin_dir / args[0]), *args[1:]]
+        if self._as_postgres:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+    def init(self) -> PrivateCluster:
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+        return self
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=on"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-o", options,
+                  "-w", "-t", "60", "start")  # fmt: skip
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+
+    def destroy(self) -> None:
+        import shutil
+
+        try:
+            self.stop("immediate")
+        except Exception:
+            pass  # not running
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _postgres_bin_dir() -> str:
+    import glob
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    if not found:
+        import pytest
+
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL's server programs (initdb, pg_ctl) are not installed")
+        pytest.skip("PostgreSQL's server programs (initdb, pg_ctl) are not installed")
+    return os.path.dirname(found[-1])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
