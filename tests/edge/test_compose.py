@@ -156,8 +156,21 @@ def test_the_selfhost_profile_builds_honcho_at_a_tag_with_pgvector(
     assert "vector" in compose["configs"]["pgvector-init"]["content"]
 
 
+def test_the_postgres_profile_runs_the_store_database_and_its_schema_upgrade(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    postgres = {name for name, s in services.items() if "postgres" in s.get("profiles", [])}
+    assert postgres == {"store-db", "store-migrate"}
+    assert services["store-db"]["image"].startswith("postgres:")
+    assert _command(services["store-migrate"]) == ["memhoncho", "db", "upgrade"]
+    assert services["store-migrate"]["depends_on"]["store-db"]["condition"] == "service_healthy"
+    for name, service in _memhoncho_services(compose).items():  # one setting moves them all
+        assert "MEMHONCHO_STORE_URL" in service["environment"], name
+
+
 def test_the_dockerfile_installs_memhoncho_with_flower_on_python_3_11() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert text.splitlines()[1].startswith("FROM python:3.11-slim")
-    assert 'pip install ".[flower]"' in text
+    assert 'pip install ".[flower,postgres]"' in text
     assert "USER memhoncho" in text
