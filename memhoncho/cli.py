@@ -208,6 +208,9 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", choices=sorted(BENCHMARKS))
     bench.add_argument("--json", action="store_true", help="JSON output (the only format)")
     bench.add_argument("--samples", type=int, default=None, help="override the sample count")
+    bench.add_argument(
+        "--store", help="capture, sweep, status: also on PostgreSQL (a scratch database there)"
+    )
     bench.set_defaults(handler=_cmd_bench)
 
     demo = sub.add_parser("demo", help="the whole loop end to end on this machine")

@@ -60,6 +60,26 @@ CONVERSATION_LOCK_SEED = 0x6D656D68  # "memh"
 DEAD_LOCK_SEED = 0x64656164  # "dead"
 LAST_DELIVERY = "last-delivery"
 
+#: One statement, one round trip: bump the conversation's clock under its row lock (so two
+#: hosts' captures of one conversation are ordered by commit), then insert the record with that
+#: seq unless the ledger's delivered window or the outbox knows its batch. The third column is
+#: None for a duplicate; the caller rolls the clock back with it.
+APPEND_SQL = """
+WITH c AS (
+    INSERT INTO memhoncho_conversations AS c (key, conversation_id, last_seq)
+    VALUES (%(key)s, %(conversation_id)s, 1)
+    ON CONFLICT (key) DO UPDATE SET last_seq = c.last_seq + 1
+    RETURNING c.last_seq, c.delivered_seq,
+        coalesce(c.ledger -> 'delivered_batches' ? %(batch_id)s, false) AS delivered_before
+), o AS (
+    INSERT INTO memhoncho_outbox (key, seq, batch_id, captured_at, messages, record)
+    SELECT %(key)s, c.last_seq, %(batch_id)s, %(captured_at)s, %(messages)s, %(record)s::jsonb
+    FROM c WHERE NOT c.delivered_before
+    ON CONFLICT (key, batch_id) DO NOTHING
+    RETURNING seq
+)
+SELECT c.last_seq, c.delivered_seq, (SELECT seq FROM o) FROM c
+"""
 PENDING_EDGE_SQL = "SELECT seq, record FROM memhoncho_outbox WHERE key = %s ORDER BY seq {} LIMIT 1"
 
 
@@ -188,15 +208,9 @@ class PostgresStore(Store):
         batch_id = str(record["batch_id"])
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
         with self.connection() as conn:
-            seq = self._append(conn, key, record, batch_id, payload, max_pending)
+            seq = self._append(conn, key, record, batch_id, payload, max_pending, after_write)
         if seq is None:
             return Appended(duplicate=True)
-        if after_write is not None:
-            # After the commit: a worker woken by the hint must see the record.
-            try:
-                after_write()
-            except Exception:  # a hint is never worth failing a durable capture for
-                pass
         return Appended(duplicate=False, seq=seq)
 
     def _append(
@@ -207,54 +221,48 @@ class PostgresStore(Store):
         batch_id: str,
         payload: str,
         max_pending: int,
+        after_write: Callable[[], object] | None,
     ) -> int | None:
         import psycopg
 
         with conn.transaction() as tx:
-            # The row lock serializes the conversation's captures, across hosts; the seq is
-            # assigned under it, so capture order is commit order.
             row = conn.execute(
-                "INSERT INTO memhoncho_conversations AS c (key, conversation_id, last_seq)"
-                " VALUES (%s, %s, 1)"
-                " ON CONFLICT (key) DO UPDATE SET last_seq = c.last_seq + 1"
-                " RETURNING c.last_seq, c.delivered_seq,"
-                " coalesce(c.ledger -> 'delivered_batches' ? %s, false)",
-                (key, record.get("conversation_id"), batch_id),
+                APPEND_SQL,
+                {
+                    "key": key,
+                    "conversation_id": record.get("conversation_id"),
+                    "batch_id": batch_id,
+                    "captured_at": _float_or_none(record.get("captured_at")),
+                    "messages": len(record.get("messages") or []),
+                    "record": payload,
+                },
             ).fetchone()
             assert row is not None
-            seq, delivered_seq, delivered_before = int(row[0]), int(row[1]), bool(row[2])
-            if delivered_before:
+            seq, delivered_seq, inserted = int(row[0]), int(row[1]), row[2]
+            if inserted is None:  # delivered within the ledger's window, or in the outbox
                 raise psycopg.Rollback(tx)
-            # Pending records have distinct seqs in (delivered_seq, seq): count only when
-            # there may be ``max_pending`` of them.
-            if seq - 1 - delivered_seq >= max_pending:
+            # Pending records have distinct seqs in (delivered_seq, seq]: count them only when
+            # there may be more than ``max_pending``.
+            if seq - delivered_seq > max_pending:
                 count_row = conn.execute(
                     "SELECT count(*) FROM memhoncho_outbox WHERE key = %s AND NOT delivered",
                     (key,),
                 ).fetchone()
-                pending = int(count_row[0]) if count_row else 0
+                pending = (int(count_row[0]) if count_row else 0) - 1  # less this record
                 if pending >= max_pending:
                     raise OutboxCapacity(
                         f"the conversation has {pending} undelivered batches; "
                         f"the limit is {max_pending}",
                         limit=max_pending,
                     )
-            inserted = conn.execute(
-                "INSERT INTO memhoncho_outbox"
-                " (key, seq, batch_id, captured_at, messages, record)"
-                " VALUES (%s, %s, %s, %s, %s, %s::jsonb)"
-                " ON CONFLICT (key, batch_id) DO NOTHING RETURNING seq",
-                (
-                    key,
-                    seq,
-                    batch_id,
-                    _float_or_none(record.get("captured_at")),
-                    len(record.get("messages") or []),
-                    payload,
-                ),
-            ).fetchone()
-            if inserted is None:  # the batch is in the outbox already
-                raise psycopg.Rollback(tx)
+            if after_write is not None:
+                # Published while the commit is flushed, as the file store does beside its
+                # fsync: a woken worker's ``newest_seq`` waits on this row's lock, so it sees
+                # the record once committed (and nothing, harmlessly, if the commit fails).
+                try:
+                    after_write()
+                except Exception:  # a hint is never worth failing a durable capture for
+                    pass
             return seq
         return None  # rolled back: a duplicate
 
@@ -279,11 +287,13 @@ class PostgresStore(Store):
         return _record(*first), _record(*last)
 
     def newest_seq(self, key: str) -> int:
+        """The conversation's capture clock. ``FOR SHARE`` waits for a capture still
+        committing (it holds the row), so a worker its hint woke finds its record."""
         with self.connection() as conn:
             row = conn.execute(
-                "SELECT max(seq) FROM memhoncho_outbox WHERE key = %s", (key,)
+                "SELECT last_seq FROM memhoncho_conversations WHERE key = %s FOR SHARE", (key,)
             ).fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
+        return int(row[0]) if row else 0
 
     def rewrite(
         self,
