@@ -262,3 +262,20 @@ def test_neither_the_file_store_nor_importing_memhoncho_loads_the_database_drive
         """
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+
+
+def test_doctor_checks_the_database_store_answers_at_the_current_schema(
+    config_dir: Path, data_dir: Path, postgres_url: str
+) -> None:
+    from memhoncho import doctor
+    from memhoncho.testing.postgres import _free_port
+
+    write_settings(config_dir, store_url=postgres_url)
+    assert doctor.check_store(Deployment(config_dir, data_dir)).verdict == "pass"
+    close_stores()
+    down = f"postgresql://postgres@127.0.0.1:{_free_port()}/x"
+    write_settings(config_dir, store_url=down, store_timeout_s=DOWN_TIMEOUT_S)
+    check = doctor.check_store(Deployment(config_dir, data_dir))
+    assert check.verdict == "fail" and "ERR_STORE_UNAVAILABLE" in check.detail
+    assert "postgres@" not in check.detail
+    close_stores()
