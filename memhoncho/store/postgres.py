@@ -53,6 +53,12 @@ if TYPE_CHECKING:
 #: the migration this code needs (``memhoncho/store/migrations/versions``); see ``schema_head``
 SCHEMA_REVISION = "0001"
 POOL_MAX = 10  # connections per process: a worker thread may hold a lock and use another
+#: milliseconds a statement waits for a row lock (a capture behind a stalled one, a worker
+#: behind a committing capture) before it fails with StoreUnavailable rather than hang
+LOCK_TIMEOUT_MS = 5000
+#: TCP keepalive probes (seconds idle, seconds apart, count): a server gone from the network is
+#: noticed on an idle pooled connection, not by the next capture
+KEEPALIVES = (5, 2, 3)
 LOCK_POLL_S = 0.05  # seconds between tries while waiting for an advisory lock
 #: advisory lock namespaces (the seed of ``hashtextextended``), so memhoncho's locks do not
 #: meet an application's own advisory locks on the same database by accident
@@ -126,8 +132,15 @@ class PostgresStore(Store):
             kwargs={
                 "autocommit": True,
                 "connect_timeout": max(1, round(self.connect_timeout_s)),
-                # Durable at commit, whatever the database's default says.
-                "options": "-c synchronous_commit=on",
+                # Durable at commit, whatever the database's default says; no endless lock wait.
+                "options": f"-c synchronous_commit=on -c lock_timeout={LOCK_TIMEOUT_MS}",
+                "keepalives": 1,
+                "keepalives_idle": KEEPALIVES[0],
+                "keepalives_interval": KEEPALIVES[1],
+                "keepalives_count": KEEPALIVES[2],
+                # Sent data unacknowledged this long (a server gone mid-statement): give up,
+                # so a capture fails in bounded time instead of waiting on TCP retransmits.
+                "tcp_user_timeout": round(self.connect_timeout_s * 1000) + LOCK_TIMEOUT_MS,
             },
             name="memhoncho",
         )
@@ -160,7 +173,8 @@ class PostgresStore(Store):
                 yield conn
         except PoolTimeout:
             raise StoreUnavailable(
-                f"no connection to the store's database within {self.connect_timeout_s:g} s"
+                f"no connection to the store's database within {self.connect_timeout_s:g} s "
+                f"(it is unreachable, or this process's {POOL_MAX} connections are all busy)"
             ) from None
         except psycopg.Error as exc:
             raise _store_error(exc) from None
@@ -287,12 +301,23 @@ class PostgresStore(Store):
         return _record(*first), _record(*last)
 
     def newest_seq(self, key: str) -> int:
-        """The conversation's capture clock. ``FOR SHARE`` waits for a capture still
-        committing (it holds the row), so a worker its hint woke finds its record."""
+        """The conversation's capture clock, once any capture still committing is done.
+
+        ``FOR SHARE`` waits on the row a committing capture holds. A conversation's first
+        capture creates that row, which no other transaction sees yet: then an insert of the
+        same key waits for it (a unique-key conflict in progress), and the row is read again.
+        (With no capture at all, that leaves an empty row behind: the clock at 0, harmless.)
+        """
+        sql = "SELECT last_seq FROM memhoncho_conversations WHERE key = %s FOR SHARE"
         with self.connection() as conn:
-            row = conn.execute(
-                "SELECT last_seq FROM memhoncho_conversations WHERE key = %s FOR SHARE", (key,)
-            ).fetchone()
+            row = conn.execute(sql, (key,)).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO memhoncho_conversations (key) VALUES (%s)"
+                    " ON CONFLICT (key) DO NOTHING",
+                    (key,),
+                )
+                row = conn.execute(sql, (key,)).fetchone()
         return int(row[0]) if row else 0
 
     def rewrite(
@@ -659,6 +684,10 @@ def _store_error(exc: Exception) -> StoreError:
     """A database error as memhoncho's: unreachable or cut off is StoreUnavailable."""
     import psycopg
 
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        return StoreUnavailable(
+            f"a lock in the store's database was not granted within {LOCK_TIMEOUT_MS} ms"
+        )
     if isinstance(exc, psycopg.OperationalError):
         return StoreUnavailable(f"the store's database cannot be reached ({type(exc).__name__})")
     if isinstance(exc, psycopg.errors.UndefinedTable):

@@ -279,3 +279,52 @@ def test_doctor_checks_the_database_store_answers_at_the_current_schema(
     assert check.verdict == "fail" and "ERR_STORE_UNAVAILABLE" in check.detail
     assert "postgres@" not in check.detail
     close_stores()
+
+
+def test_a_worker_woken_while_a_capture_commits_waits_for_it_and_sees_its_record(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    import threading
+
+    store = open_store(tmp_path, postgres_url)
+    record = {**run_event(CONVERSATION, 0), "batch_id": "b0", "messages": []}
+    seen: list[int] = []
+    waiting: list[threading.Thread] = []  # workers still waiting when the hint returned
+
+    def hint() -> None:  # published before the commit, as Host.capture does
+        waiter = threading.Thread(target=lambda: seen.append(store.newest_seq("k")))
+        waiter.start()
+        waiter.join(timeout=0.5)  # it waits on the row the capture holds...
+        if waiter.is_alive() and not seen:
+            waiting.append(waiter)
+
+    for n in range(2):  # the conversation's first capture (a new row), then a later one
+        waiting.clear()
+        seen.clear()
+        appended = store.append(
+            "k", {**record, "batch_id": f"b{n}"}, max_pending=10, after_write=hint
+        )
+        assert len(waiting) == 1, "the worker did not wait for the commit"
+        waiting[0].join(timeout=10)
+        assert seen == [appended.seq]  # ...and sees the record once it is committed
+
+
+def test_a_capture_behind_a_stalled_transaction_fails_typed_instead_of_hanging(
+    config_dir: Path, data_dir: Path, postgres_url: str
+) -> None:
+    from memhoncho.store.postgres import LOCK_TIMEOUT_MS
+
+    write_settings(config_dir, store_url=postgres_url)
+    with Host(config_dir, data_dir) as host:
+        host.capture(run_event(CONVERSATION, 0))
+        with psycopg.connect(postgres_url) as stalled:  # holds the conversation's row
+            stalled.execute(
+                "UPDATE memhoncho_conversations SET last_seq = last_seq WHERE key = %s",
+                (ids.conversation_key(CONVERSATION),),
+            )
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                host.capture(run_event(CONVERSATION, 1))
+            assert time.monotonic() - started < LOCK_TIMEOUT_MS / 1000 + 3.0
+            stalled.rollback()
+        assert host.capture(run_event(CONVERSATION, 1)).status == CaptureStatus.CAPTURED
