@@ -3,16 +3,21 @@
 User texts come first in admission order, then the answer's text blocks joined, when the run
 was answered. Unanswered runs tag their user entries ``unanswered: true``. Texts longer than
 ``max_message_length`` are split into parts (``part``/``parts`` in metadata), never skipped.
-Empty and whitespace-only texts (and parts) are skipped: Honcho refuses them.
+Empty and whitespace-only texts (and parts) are skipped: Honcho refuses them. Secrets are
+redacted from every text first (``redaction.py``), before splitting, so none is ever written.
+The record's ``digest`` hashes its content (owner, entries, redacted texts, answered or not;
+not how texts were split), so the same run id captured with other content is recognised.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 from memhoncho.errors import InvalidEvent
 from memhoncho.models import Answered, RunEvent, SelectionChange
+from memhoncho.redaction import Redactor
 
 SELECTION_NAME = "memhoncho"  # the name a host's selection lists to include memhoncho
 OUTBOX_ID_KEY = "memhoncho_outbox_id"  # metadata key Honcho messages carry for dedup
@@ -47,8 +52,17 @@ def _check_unicode(text: str, what: str = "a text") -> None:
         raise InvalidEvent(f"{what} is not valid Unicode (lone surrogate)") from None
 
 
-def build_messages(event: RunEvent, *, max_message_length: int) -> list[dict[str, Any]]:
+def build_messages(
+    event: RunEvent, *, max_message_length: int, redactor: Redactor | None = None
+) -> list[dict[str, Any]]:
     """The messages of the run in delivery order, without their outbox ids."""
+    return _build(event, max_message_length, redactor)[0]
+
+
+def _build(
+    event: RunEvent, max_message_length: int, redactor: Redactor | None
+) -> tuple[list[dict[str, Any]], str, int]:
+    """The messages, the content digest and the number of secrets redacted."""
     unanswered = not isinstance(event.outcome, Answered)
     entries: list[tuple[str, int, str, dict[str, Any]]] = []
     for item in event.inputs:
@@ -59,36 +73,60 @@ def build_messages(event: RunEvent, *, max_message_length: int) -> list[dict[str
         texts = [b.text for b in answer.content if b.type == "text" and b.text]
         entries.append((AGENT, answer.entry_id, ANSWER_JOINER.join(texts), {}))
     messages: list[dict[str, Any]] = []
+    content: list[object] = [event.owner, unanswered]
+    redactions = 0
     for role, entry_id, text, extra in entries:
         _check_unicode(text)
+        if redactor is not None:
+            text, found = redactor.redact(text)
+            redactions += found
+        content.append((role, entry_id, text))
         parts = split_text(text, max_message_length)
         for number, part in enumerate(parts, start=1):
             metadata: dict[str, Any] = {"entry_id": entry_id, "run_id": event.run_id, **extra}
             if len(parts) > 1:
                 metadata.update(part=number, parts=len(parts))
             messages.append({"role": role, "entry_id": entry_id, "text": part, "meta": metadata})
-    return messages
+    return messages, content_digest(content), redactions
+
+
+def content_digest(content: list[object]) -> str:
+    """A short, stable hash of a run's content (of its redacted texts: no secret is hashed)."""
+    payload = json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
 
 
 def build_record(
-    event: RunEvent, *, user_peer_id: str, max_message_length: int, captured_at: float
+    event: RunEvent,
+    *,
+    user_peer_id: str,
+    max_message_length: int,
+    captured_at: float,
+    redactor: Redactor | None = None,
 ) -> dict[str, Any] | None:
-    """The outbox record of the run (``seq`` is added by the outbox); None when it is empty."""
+    """The outbox record of the run (``seq`` is added by the outbox); None when it is empty.
+
+    ``redactions`` (the number of secrets replaced) is in the record only when it is not 0.
+    """
     for name, value in (("run id", event.run_id), ("owner", event.owner)):
         if value is not None:
             _check_unicode(value, name)
-    messages = build_messages(event, max_message_length=max_message_length)
+    messages, digest, redactions = _build(event, max_message_length, redactor)
     if not messages:
         return None
     bid = batch_id(event.conversation_id, event.run_id)
     for index, message in enumerate(messages):
         message["id"] = f"{bid}-{index}"
-    return {
+    record: dict[str, Any] = {
         "batch_id": bid,
         "conversation_id": event.conversation_id,
         "owner": event.owner,
         "user_peer_id": user_peer_id,
         "run_id": event.run_id,
         "captured_at": captured_at,
+        "digest": digest,
         "messages": messages,
     }
+    if redactions:
+        record["redactions"] = redactions
+    return record

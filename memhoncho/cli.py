@@ -198,6 +198,19 @@ def _add_store_commands(sub: Any) -> None:
     move.set_defaults(handler=_cmd_store_migrate)
 
 
+def _cmd_healthcheck(args: argparse.Namespace) -> int:
+    """One process's liveness for a container healthcheck (see memhoncho/healthcheck.py)."""
+    from memhoncho import healthcheck
+
+    deployment = _context(args)
+    if args.what == "beat":
+        healthy, why = healthcheck.beat(deployment)
+    else:
+        healthy, why = healthcheck.status(deployment, args.port)
+    print(why)
+    return 0 if healthy else 1
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memhoncho", description=__doc__.splitlines()[0])
     parser.add_argument("--config-dir", help="default: $MEMHONCHO_CONFIG_DIR")
@@ -253,6 +266,13 @@ def _build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check the deployment; non-zero exit on a failure")
     doctor.add_argument("--json", action="store_true", help="the checks as JSON")
     doctor.set_defaults(handler=_cmd_doctor)
+
+    health = sub.add_parser(
+        "healthcheck", help="is this host's beat, or the status server, alive (exit 0 or 1)"
+    )
+    health.add_argument("what", choices=["beat", "status"])
+    health.add_argument("--port", type=int, default=8765, help="the status server's port")
+    health.set_defaults(handler=_cmd_healthcheck)
     _add_store_commands(sub)
     return parser
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +27,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
 from memhoncho.host import Host
 from memhoncho.testing.config import write_api_key, write_settings
-from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+from memhoncho.testing.processes import STOP_TIMEOUT_S, CeleryProcess, memhoncho_env
 
 DELIVERY_TIMEOUT_S = 45.0  # seconds to wait for every message to reach Honcho
 POLL_S = 0.1  # seconds between checks while waiting
@@ -102,11 +104,30 @@ class Demo:
         with self.step("starting a Celery worker and beat on the embedded filesystem broker"):
             worker = CeleryProcess("worker", env, concurrency=2, name="demo-worker")
             beat = CeleryProcess("beat", env, name="demo-beat")
+            self.stack.callback(self._stop, [worker, beat])
             for process in (worker, beat):
-                self.stack.callback(process.stop)
                 process.start(wait=False)
             worker.wait_ready()
             beat.wait_ready()
+
+    def _stop(self, processes: list[CeleryProcess]) -> None:
+        """Stop the worker and beat together, saying so: a warm shutdown takes a few seconds."""
+        self.say(
+            "stopping the worker and beat (warm shutdown: the worker finishes what it is"
+            " doing and its pool processes exit) ..."
+        )
+        for process in processes:  # all signalled at once, so the waits overlap
+            if process.process is not None and process.process.poll() is None:
+                process.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for process in processes:
+            if process.process is not None:
+                try:
+                    process.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    self.say(f"  {process.name} did not stop in time: killed")
+            process.stop()  # kills one still running, reaps stray children, closes its log
+            self.say(f"  {process.name} stopped")
 
     def _capture(self, host: Host) -> list[tuple[str, str]]:
         """Capture the scripted runs; returns the expected (peer, text) in Honcho order."""

@@ -9,6 +9,7 @@ default message.
     │   ├── InvalidEvent                ERR_INVALID_EVENT
     │   ├── InvalidId                   ERR_INVALID_ID
     │   ├── CaptureTooLarge             ERR_CAPTURE_TOO_LARGE
+    │   ├── RunConflict                 ERR_RUN_CONFLICT
     │   ├── InvalidToolCall             ERR_TOOL_ARGUMENTS
     │   └── ForkRefused                 ERR_FORK_REFUSED
     ├── OutboxCapacity                  ERR_OUTBOX_CAPACITY
@@ -73,6 +74,13 @@ class CaptureTooLarge(InvalidInput):
     """The run is larger than the capture ceiling; nothing was written."""
 
     code = "ERR_CAPTURE_TOO_LARGE"
+
+
+class RunConflict(InvalidInput):
+    """The run id was already captured in this conversation with other content; nothing was
+    written (the same content again is a duplicate, not a conflict)."""
+
+    code = "ERR_RUN_CONFLICT"
 
 
 class InvalidToolCall(InvalidInput):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 from pydantic import ValidationError
 
-from memhoncho import ids
+from memhoncho import ids, redaction
 from memhoncho.capture import build_record, is_selected
 from memhoncho.deployment import Deployment
 from memhoncho.errors import InvalidEvent
@@ -28,6 +28,7 @@ from memhoncho.models import CaptureResult, CaptureStatus, RunEvent
 from memhoncho.recall import remote
 from memhoncho.recall import tools as recall_tools
 from memhoncho.store import open_store
+from memhoncho.store.redactions import add_redactions
 
 if TYPE_CHECKING:
     from memhoncho.memory import Sections
@@ -57,6 +58,7 @@ class Host:
         self._closed = False
         self._hints = HintPool()
         self.celery()  # build the client now, so the first capture pays no import or setup
+        redaction.redactor()  # compile the default patterns now, for the same reason
 
     # ---- capture ------------------------------------------------------------------------
 
@@ -72,6 +74,7 @@ class Host:
             user_peer_id=ids.peer_id(run.owner),
             max_message_length=current.max_message_length,
             captured_at=time.time(),
+            redactor=redaction.redactor(current.redact_patterns),
         )
         if record is None:
             return CaptureResult(status=CaptureStatus.EMPTY)
@@ -89,9 +92,25 @@ class Host:
         if appended.duplicate:
             return CaptureResult(status=CaptureStatus.DUPLICATE, batch_id=record["batch_id"])
         enqueued = settled(hint[0] if hint else None)
+        redactions = int(record.get("redactions", 0))
+        if redactions:
+            self._count_redactions(redactions)
         return CaptureResult(
-            status=CaptureStatus.CAPTURED, batch_id=record["batch_id"], enqueued=enqueued
+            status=CaptureStatus.CAPTURED,
+            batch_id=record["batch_id"],
+            enqueued=enqueued,
+            redactions=redactions,
         )
+
+    def _count_redactions(self, count: int) -> None:
+        """Add to the status view's counter; the capture itself is already durable."""
+        try:
+            add_redactions(self.deployment.layout, count)
+        except OSError as exc:
+            log.warning(
+                "redaction counter not updated",
+                extra={"action": "redaction_count_failed", "error": type(exc).__name__},
+            )
 
     # ---- hints to workers ---------------------------------------------------------------
 

@@ -5,7 +5,13 @@ stay as they are; every other UTF-8 byte, ``-`` included, becomes ``-`` and two 
 digits, so the mapping is injective and reversible. A result longer than ``MAX_ENCODED_LEN``
 becomes ``-h`` and a SHA-256 digest instead: no plain encoding starts with ``-h`` (``h`` is not
 a hex digit), so the two forms never collide. No ``.`` or ``/`` can survive, so no path
-traversal is possible. Any user name of 1..256 characters maps (no one is refused for their
+traversal is possible.
+
+An ownerless conversation (owner ``None``) has the peer ``user``, which is also the plain
+encoding of the name ``"user"``: that one name is written ``-75ser`` instead (its first byte
+escaped). The plain encoding never escapes a letter, so ``-75ser`` is no other name's id, and
+no other name encodes to ``user``: distinct owners never share a peer, and every other name
+keeps the id it always had. Any user name of 1..256 characters maps (no one is refused for their
 name); a conversation id that is blank, padded, or holds control or unassigned characters is
 refused with InvalidId.
 """
@@ -21,7 +27,9 @@ from memhoncho.errors import InvalidId
 
 MAX_INPUT_LEN = 256  # characters of a conversation id or user name
 MAX_ENCODED_LEN = 200  # characters; keeps file names under the 255-byte limit
-DEFAULT_USER = "user"  # the owner of an ownerless conversation
+DEFAULT_USER = "user"  # the peer of an ownerless conversation (owner None)
+# The peer of the literal name "user": a non-canonical escape no plain encoding produces.
+NAMED_DEFAULT_USER = "-75" + DEFAULT_USER[1:]
 CACHED_IDS = 4096  # recent ids whose mapping is remembered (they are short strings)
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
@@ -75,12 +83,16 @@ def conversation_key(conversation_id: object) -> str:
 
 
 def peer_id(user_name: object) -> str:
-    """The Honcho peer id of a user; ``None`` (an ownerless conversation) is ``user``."""
+    """The Honcho peer id of a user; ``None`` (an ownerless conversation) is ``user``.
+
+    The name ``"user"`` is ``-75ser``, so it never shares the ownerless peer.
+    """
     if user_name is None:
         return DEFAULT_USER
     if type(user_name) is str:
         return _peer_id(user_name)
-    return _encode(_check_user_name(user_name))
+    name = _check_user_name(user_name)
+    return NAMED_DEFAULT_USER if name == DEFAULT_USER else _encode(name)
 
 
 # Pure functions of a string, called several times per capture: remember the recent ones.
@@ -92,6 +104,8 @@ def _conversation_key(conversation_id: str) -> str:
 
 @functools.lru_cache(maxsize=CACHED_IDS)
 def _peer_id(user_name: str) -> str:
+    if user_name == DEFAULT_USER:
+        return NAMED_DEFAULT_USER
     return _encode(_check_user_name(user_name))
 
 
@@ -103,6 +117,8 @@ def session_id(workspace_id: str, conversation_id: object) -> str:
 
 def decode(key: str) -> str | None:
     """The original id of a plain key; None for a hashed key or one this module never makes."""
+    if key == NAMED_DEFAULT_USER:
+        return DEFAULT_USER
     if key.startswith("-h") or not HONCHO_ID.match(key):
         return None
     raw = bytearray()

@@ -60,7 +60,8 @@ class RunEvent(_Strict):
     """A settled run as the host hands it to ``Host.capture``."""
 
     conversation_id: StrictStr
-    owner: StrictStr | None = None
+    #: required, ``None`` allowed: an ownerless run must say so, never be one by omission
+    owner: StrictStr | None
     run_id: StrictStr = Field(min_length=1, max_length=MAX_RUN_ID_LEN)
     inputs: list[UserInput] = Field(default_factory=list, max_length=MAX_INPUTS)
     outcome: Annotated[Answered | Unanswered, Field(discriminator="status")]
@@ -82,6 +83,9 @@ class CaptureResult(BaseModel):
     status: CaptureStatus
     batch_id: str | None = None
     enqueued: bool = False
+    #: secrets replaced by ``[REDACTED]`` in this run's texts before it was written (captured
+    #: runs only; the count, never what was replaced)
+    redactions: int = 0
 
 
 class RecordState(StrEnum):
@@ -115,6 +119,9 @@ class Ledger(BaseModel):
     session_id: str | None = None
     delivered_seq: int = 0  #: every outbox record with seq <= this is delivered
     delivered_batches: list[str] = Field(default_factory=list)  #: newest last, windowed
+    #: content digest of each batch in ``delivered_batches`` that has one, so a run id
+    #: captured again with other content is refused (RunConflict) even after compaction
+    delivered_digests: dict[str, str] = Field(default_factory=dict)
     in_flight: list[str] = Field(default_factory=list)  #: outbox message ids of the open send
     #: outbox message ids already delivered of the first record past ``delivered_seq`` (a
     #: record split across two calls), so a resumed delivery never sends them again

@@ -4,7 +4,8 @@ Values come from ``<config_dir>/settings/memhoncho.json``, overridden by ``MEMHO
 environment variables. A changed file applies at the next call; an invalid value is refused
 by key name and falls back to its default with a warning, never a crash. The API key is the
 stored secret (``<config_dir>/secrets.json``, section ``api-key``) first, then
-``MEMHONCHO_API_KEY``.
+``MEMHONCHO_API_KEY``, then the file named by ``api_key_file`` (``MEMHONCHO_API_KEY_FILE``: a
+container secret such as ``/run/secrets/honcho_api_key``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from memhoncho.redaction import check_pattern
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,31 @@ class Settings(BaseModel):
     sweep_interval_s: float = Field(900.0, gt=0)
     refresh_interval_s: float = Field(600.0, gt=0)
     status_token: str | None = None
+    #: files holding the API key and the status token (compose ``secrets:``), read live
+    api_key_file: str | None = None
+    status_token_file: str | None = None
+    #: regular expressions redacted at capture besides the defaults (``redaction.py``); in the
+    #: environment, a JSON list. A pattern that does not compile makes the whole setting
+    #: invalid (named by doctor, defaults kept), never a crash at capture.
+    redact_patterns: tuple[str, ...] = Field((), max_length=100)
+
+    @field_validator("redact_patterns", mode="before")
+    @classmethod
+    def _patterns_from_json(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from MEMHONCHO_REDACT_PATTERNS
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ValueError("must be a JSON list of regular expressions") from None
+        return value
+
+    @field_validator("redact_patterns")
+    @classmethod
+    def _patterns_compile(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            check_pattern(pattern)
+        return value
+
     #: where the durable state lives: unset means the data directory's files (one machine);
     #: ``postgresql://user@host/db`` means that database (many machines; README "Scaling")
     store_url: str | None = None  # checked by store.open_store: a bad one is an error
@@ -83,6 +111,7 @@ def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 
 RACY_S = 0.05  # seconds; a file changed this recently may change again within one mtime tick
+RACY_NS = int(RACY_S * 1e9)
 
 
 @dataclass(frozen=True)
@@ -215,11 +244,41 @@ def invalid_keys(config: str | os.PathLike[str] | None = None) -> list[str]:
 
 
 def api_key(config: str | os.PathLike[str] | None = None) -> str | None:
-    """The Honcho API key: the stored secret first, then ``MEMHONCHO_API_KEY``; None if neither."""
+    """The Honcho API key: the stored secret, ``MEMHONCHO_API_KEY``, then ``api_key_file``."""
     stored = _read_json_cached(_files(config)[2]).value.get(API_KEY_SECTION)
     if isinstance(stored, dict):
         stored = stored.get("value")
     if isinstance(stored, str) and stored.strip():
         return stored.strip()
     env = os.environ.get(ENV_PREFIX + "API_KEY", "").strip()
-    return env or None
+    if env:
+        return env
+    return secret_file(load(config).api_key_file)
+
+
+_secret_files: dict[str, tuple[tuple[int, int, int, int], str | None]] = {}
+
+
+def secret_file(path: str | None) -> str | None:
+    """The stripped content of a secret file; None when unset, missing, unreadable or blank.
+
+    Re-read only when its stat changes, so a rotated secret applies at the next call. The
+    content is never logged, and neither is the reason beyond the error's type.
+    """
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        cached = _secret_files.get(path)
+        if cached is not None and cached[0] == stamp and stamp[3] < time.time_ns() - RACY_NS:
+            return cached[1]
+        with open(path, encoding="utf-8") as handle:
+            value = handle.read().strip() or None
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("cannot read the secret file %s (%s)", path, type(exc).__name__)
+        return None
+    _secret_files[path] = (stamp, value)
+    return value

@@ -59,6 +59,7 @@ def fold(
     held = set(ledger.delivered_partial) | set(delivered)
     seq = ledger.delivered_seq
     batches = list(ledger.delivered_batches)
+    digests = dict(ledger.delivered_digests)
     partial: list[str] = []
     anchors = list(ledger.anchors)
     newly = 0
@@ -80,6 +81,8 @@ def fold(
         if all(mid in held for mid in message_ids):
             seq = record["seq"]
             batches.append(str(record["batch_id"]))
+            if isinstance(record.get("digest"), str):
+                digests[str(record["batch_id"])] = record["digest"]
         else:
             partial = [mid for mid in message_ids if mid in held]
             blocked = True
@@ -87,6 +90,7 @@ def fold(
         "delivered_seq": seq,
         "delivered_partial": partial,
         "delivered_batches": batches[-batch_window:],
+        "delivered_digests": {b: digests[b] for b in batches[-batch_window:] if b in digests},
         "anchors": anchors[-anchor_window:],
         "messages_delivered": ledger.messages_delivered + newly,
     }

@@ -39,7 +39,7 @@ NO_TOKEN_MESSAGE = (
 
 
 def status_token(deployment: Deployment) -> str | None:
-    """The stored secret first, then the ``status_token`` setting; None if neither."""
+    """The stored secret, the ``status_token`` setting, then ``status_token_file``; else None."""
     path = deployment.config_dir / settings_module.SECRETS_FILE
     try:
         stored = json.loads(path.read_bytes()).get(TOKEN_SECTION)
@@ -49,8 +49,11 @@ def status_token(deployment: Deployment) -> str | None:
         stored = stored.get("value")
     if isinstance(stored, str) and stored.strip():
         return stored.strip()
-    setting = deployment.settings().status_token
-    return setting.strip() if setting and setting.strip() else None
+    current = deployment.settings()
+    setting = current.status_token
+    if setting and setting.strip():
+        return setting.strip()
+    return settings_module.secret_file(current.status_token_file)
 
 
 class _Handler(BaseHTTPRequestHandler):

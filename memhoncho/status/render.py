@@ -49,6 +49,7 @@ def table(view: dict[str, Any]) -> str:
     rows.append(("quarantine", "lines", _fig(view.get("quarantine", {}).get("lines"))))
     rows.append(("forks", "pending", _fig(view.get("forks", {}).get("pending"))))
     rows.append(("departures", "count", _fig(view.get("departures", {}).get("count"))))
+    rows.append(("redactions", "count", _fig(view.get("redactions", {}).get("count"))))
     depths = view.get("queues", {}).get("depths")
     if isinstance(depths, dict):
         for queue, depth in depths.items():
@@ -142,6 +143,7 @@ def prometheus(view: dict[str, Any]) -> str:
     m.add("quarantined_lines", view.get("quarantine", {}).get("lines"), "quarantined lines")
     m.add("pending_forks", view.get("forks", {}).get("pending"), "fork records not yet resolved")
     m.add("departures", view.get("departures", {}).get("count"), "departure notices")
+    m.add("redactions", view.get("redactions", {}).get("count"), "secrets redacted at capture")
     depths = view.get("queues", {}).get("depths")
     if isinstance(depths, dict):
         for queue, depth in sorted(depths.items()):

@@ -155,6 +155,17 @@ def departures_bucket(deployment: Deployment) -> dict[str, Any]:
     return _bucket(errors, count=len(found) + len(errors), notices=notices)
 
 
+def redactions_bucket(deployment: Deployment) -> dict[str, Any]:
+    """Secrets capture replaced by ``[REDACTED]`` (how many and when last; never what)."""
+    from memhoncho.store.redactions import read_redactions
+
+    try:
+        counter = read_redactions(deployment.layout)
+    except (OSError, ValueError):
+        return _bucket(["state/redactions.json cannot be read"], count=None, last_at=None)
+    return _bucket([], count=counter["count"], last_at=counter["last_at"])
+
+
 # ---- broker ------------------------------------------------------------------------------
 
 
@@ -272,6 +283,7 @@ class StatusReader:
                 view[name] = _bucket([f"store census failed ({census_error})"])
         view["forks"] = _guarded("forks", lambda: forks_bucket(deployment))
         view["departures"] = _guarded("departures", lambda: departures_bucket(deployment))
+        view["redactions"] = _guarded("redactions", lambda: redactions_bucket(deployment))
         view["queues"] = _guarded("queues", lambda: queues_bucket(deployment, current))
         view["tasks"] = _guarded("tasks", lambda: tasks_bucket(deployment, current, now))
         view["last_delivery_at"] = view["last_delivery"].get("at")

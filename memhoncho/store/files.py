@@ -58,6 +58,7 @@ class FileStore(Store):
             max_pending=max_pending,
             delivered_seq=lambda: self._delivered_seq(key),
             delivered_before=lambda batch: self._delivered_before(key, batch),
+            delivered_digest=lambda batch: self._delivered_digest(key, batch),
             max_bytes=max_bytes,
             after_write=after_write,
         )
@@ -68,6 +69,12 @@ class FileStore(Store):
             return self._ledgers.delivered_seq(key)
         except CorruptFile:
             return 0  # the outbox's own clock still orders the new record after the old
+
+    def _delivered_digest(self, key: str, batch_id: str) -> str | None:
+        try:
+            return self._ledgers.delivered_digest(key, batch_id)
+        except CorruptFile:
+            return None  # unknown content: a duplicate, as before digests
 
     def _delivered_before(self, key: str, batch_id: str) -> bool:
         try:

@@ -73,3 +73,8 @@ class LedgerCache:
 
     def delivered_before(self, key: str, batch_id: str) -> bool:
         return batch_id in self.get(key).delivered
+
+    def delivered_digest(self, key: str, batch_id: str) -> str | None:
+        """The content digest the ledger kept for a delivered batch; None if it kept none."""
+        ledger = self.get(key).ledger
+        return ledger.delivered_digests.get(batch_id) if ledger else None

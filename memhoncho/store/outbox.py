@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memhoncho.errors import CaptureTooLarge, OutboxCapacity, StoreError
+from memhoncho.errors import CaptureTooLarge, OutboxCapacity, RunConflict, StoreError
 from memhoncho.store.atomic import append_durably, fsync_dir, write_bytes
 from memhoncho.store.layout import Layout
 from memhoncho.store.locks import file_lock
@@ -128,7 +128,7 @@ class _Tail:
     size: int
     last_seq: int
     seqs: list[int]
-    batch_ids: set[str]
+    batch_ids: dict[str, str | None]  # batch id -> its content digest (None on older lines)
     end: bytes = b""  # the file's last bytes up to ``size``; they hold the last line's seq
 
     def matches(self, fd: int, st: os.stat_result) -> bool:
@@ -143,7 +143,7 @@ class _Tail:
             self.last_seq = record["seq"]
             if not record.get("mark"):
                 self.seqs.append(record["seq"])
-                self.batch_ids.add(record["batch_id"])
+                self.batch_ids[record["batch_id"]] = record.get("digest")
         newest = b""
         for _, raw in reversed(lines):
             newest = raw + newest
@@ -176,6 +176,21 @@ def _open_for_append(path: Path) -> tuple[int, bool]:
         return os.open(path, _APPEND_FLAGS), False
 
 
+def _too_large(size: int, limit: int) -> CaptureTooLarge:
+    return CaptureTooLarge(f"the run is {size} bytes; the limit is {limit} bytes", limit=limit)
+
+
+def _check_same_content(known_digest: str | None, record: Record) -> None:
+    """RunConflict when the batch already captured holds other content than ``record``."""
+    digest = record.get("digest")
+    if known_digest is not None and digest is not None and known_digest != digest:
+        raise RunConflict(
+            "the run id was already captured in this conversation with other content; "
+            "nothing was written",
+            batch_id=record["batch_id"],
+        )
+
+
 class Outbox:
     """Appends, reads and rewrites of the outbox files under one data directory."""
 
@@ -201,16 +216,26 @@ class Outbox:
         max_pending: int,
         delivered_seq: Callable[[], int],
         delivered_before: Callable[[str], bool],
+        delivered_digest: Callable[[str], str | None] | None = None,
         max_bytes: int | None = None,
         after_write: Callable[[], object] | None = None,
     ) -> Appended:
         """Append ``record`` (a ``seq`` is assigned) and fsync, unless its batch is known.
 
-        ``delivered_seq`` and ``delivered_before`` read the ledger; they are called only when
-        needed. Raises OutboxCapacity when the conversation already has ``max_pending``
-        undelivered batches, CaptureTooLarge when the line would exceed ``max_bytes``.
-        ``after_write`` runs once the line is written, before its fsync, under the lock.
+        ``delivered_seq``, ``delivered_before`` and ``delivered_digest`` (the content digest the
+        ledger kept for a delivered batch) read the ledger; they are called only when needed.
+        A known batch whose ``digest`` differs from the record's raises RunConflict; the same
+        digest (or one side without a digest, as written before digests) is a duplicate.
+        Raises OutboxCapacity when the conversation already has ``max_pending`` undelivered
+        batches, CaptureTooLarge when the line would exceed ``max_bytes``. ``after_write`` runs
+        once the line is written, before its fsync, under the lock.
         """
+        # Encoded before the lock with the seq it will almost always get (the clock), so a
+        # run over the ceiling is refused without creating the lock file or the outbox.
+        seq_guess = time.time_ns() // 1000
+        line = encode_line({**record, "seq": seq_guess})
+        if max_bytes is not None and len(line) > max_bytes:
+            raise _too_large(len(line), max_bytes)
         path, lock = self._files(key)
         with file_lock(lock):
             fd, created = _open_for_append(path)
@@ -225,7 +250,12 @@ class Outbox:
                     if tail is None:
                         raise StoreError("the outbox changed while it was being repaired")
                 batch_id = record["batch_id"]
-                if batch_id in tail.batch_ids or delivered_before(batch_id):
+                if batch_id in tail.batch_ids:
+                    _check_same_content(tail.batch_ids[batch_id], record)
+                    return Appended(duplicate=True)
+                if delivered_before(batch_id):
+                    if delivered_digest is not None:
+                        _check_same_content(delivered_digest(batch_id), record)
                     return Appended(duplicate=True)
                 floor = 0
                 if len(tail.seqs) >= max_pending or not tail.seqs:
@@ -237,14 +267,12 @@ class Outbox:
                             f"the limit is {max_pending}",
                             limit=max_pending,
                         )
-                seq = max(tail.last_seq + 1, floor + 1, time.time_ns() // 1000)
+                seq = max(tail.last_seq + 1, floor + 1, seq_guess)
                 stored = {**record, "seq": seq}
-                line = encode_line(stored)
-                if max_bytes is not None and len(line) > max_bytes:
-                    raise CaptureTooLarge(
-                        f"the run is {len(line)} bytes; the limit is {max_bytes} bytes",
-                        limit=max_bytes,
-                    )
+                if seq != seq_guess:  # the clock went back, or two appends in one microsecond
+                    line = encode_line(stored)
+                    if max_bytes is not None and len(line) > max_bytes:
+                        raise _too_large(len(line), max_bytes)
                 self._write_all(fd, line, tail.size, after_write)
                 wrote = True
                 tail.advance([(stored, line)])
@@ -295,7 +323,7 @@ class Outbox:
         st = os.fstat(fd)
         tail = self._tails.get(key)
         if tail is None or not tail.matches(fd, st):
-            tail = _Tail(st.st_dev, st.st_ino, 0, 0, [], set())
+            tail = _Tail(st.st_dev, st.st_ino, 0, 0, [], {})
             self._tails.pop(key, None)
         if st.st_size > tail.size:
             parsed = parse(os.pread(fd, st.st_size - tail.size, tail.size))

@@ -35,6 +35,7 @@ from memhoncho.errors import (
     CorruptFile,
     LockBusy,
     OutboxCapacity,
+    RunConflict,
     StoreError,
     StoreSchemaBehind,
     StoreUnavailable,
@@ -69,7 +70,8 @@ LAST_DELIVERY = "last-delivery"
 #: One statement, one round trip: bump the conversation's clock under its row lock (so two
 #: hosts' captures of one conversation are ordered by commit), then insert the record with that
 #: seq unless the ledger's delivered window or the outbox knows its batch. The third column is
-#: None for a duplicate; the caller rolls the clock back with it.
+#: None for a duplicate (the caller rolls the clock back with it); the fourth is the content
+#: digest already known for the batch (outbox or ledger, read before this statement's writes).
 APPEND_SQL = """
 WITH c AS (
     INSERT INTO memhoncho_conversations AS c (key, conversation_id, last_seq)
@@ -84,7 +86,14 @@ WITH c AS (
     ON CONFLICT (key, batch_id) DO NOTHING
     RETURNING seq
 )
-SELECT c.last_seq, c.delivered_seq, (SELECT seq FROM o) FROM c
+SELECT c.last_seq, c.delivered_seq, (SELECT seq FROM o),
+    coalesce(
+        (SELECT r.record ->> 'digest' FROM memhoncho_outbox r
+         WHERE r.key = %(key)s AND r.batch_id = %(batch_id)s),
+        (SELECT c2.ledger -> 'delivered_digests' ->> %(batch_id)s
+         FROM memhoncho_conversations c2 WHERE c2.key = %(key)s)
+    )
+FROM c
 """
 PENDING_EDGE_SQL = "SELECT seq, record FROM memhoncho_outbox WHERE key = %s ORDER BY seq {} LIMIT 1"
 
@@ -252,9 +261,10 @@ class PostgresStore(Store):
                 },
             ).fetchone()
             assert row is not None
-            seq, delivered_seq, inserted = int(row[0]), int(row[1]), row[2]
+            seq, delivered_seq, inserted, known_digest = int(row[0]), int(row[1]), row[2], row[3]
             if inserted is None:  # delivered within the ledger's window, or in the outbox
-                raise psycopg.Rollback(tx)
+                conflict = _run_conflict(known_digest, record)
+                raise conflict if conflict is not None else psycopg.Rollback(tx)
             # Pending records have distinct seqs in (delivered_seq, seq]: count them only when
             # there may be more than ``max_pending``.
             if seq - delivered_seq > max_pending:
@@ -672,6 +682,18 @@ def _distinct_keys(conn: psycopg.Connection[Any], table: str) -> list[str]:
         ") SELECT key FROM k WHERE key IS NOT NULL"
     ).fetchall()
     return [r[0] for r in rows]
+
+
+def _run_conflict(known_digest: str | None, record: Record) -> RunConflict | None:
+    """RunConflict when the batch already captured holds other content (as the file store)."""
+    digest = record.get("digest")
+    if known_digest is not None and digest is not None and known_digest != digest:
+        return RunConflict(
+            "the run id was already captured in this conversation with other content; "
+            "nothing was written",
+            batch_id=record["batch_id"],
+        )
+    return None
 
 
 def _float_or_none(value: Any) -> float | None:

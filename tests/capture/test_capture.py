@@ -119,6 +119,7 @@ def test_every_run_is_built_into_a_well_formed_record_or_refused_with_a_typed_er
 def test_a_long_text_is_split_into_numbered_parts_never_skipped() -> None:
     raw = {
         "conversation_id": "c",
+        "owner": None,
         "run_id": "r",
         "inputs": [{"entry_id": 1, "text": "a" * 250}],
         "outcome": {"status": "unanswered"},
@@ -134,6 +135,7 @@ def test_a_long_text_is_split_into_numbered_parts_never_skipped() -> None:
 def test_an_answered_run_joins_its_text_blocks_after_the_user_inputs() -> None:
     raw = {
         "conversation_id": "c",
+        "owner": None,
         "run_id": "r",
         "inputs": [
             {"entry_id": 1, "text": "q1"},
@@ -165,6 +167,7 @@ def test_an_answered_run_joins_its_text_blocks_after_the_user_inputs() -> None:
 def test_a_run_with_only_empty_texts_is_empty() -> None:
     raw = {
         "conversation_id": "c",
+        "owner": None,
         "run_id": "r",
         "inputs": [{"entry_id": 1, "text": ""}, {"entry_id": 2, "text": " \n "}],
         "outcome": {"status": "answered", "answer": {"entry_id": 3, "content": []}},
@@ -218,7 +221,12 @@ def test_split_text_keeps_every_non_blank_chunk_within_the_limit(text: str, limi
 
 
 def test_the_run_model_refuses_coercion_and_unknown_keys() -> None:
-    base = {"conversation_id": "c", "run_id": "r", "outcome": {"status": "unanswered"}}
+    base = {
+        "conversation_id": "c",
+        "owner": None,
+        "run_id": "r",
+        "outcome": {"status": "unanswered"},
+    }
     RunEvent.model_validate(base)
     for bad in (
         {**base, "inputs": [{"entry_id": "1", "text": "x"}]},

@@ -28,6 +28,7 @@ from memhoncho.errors import (
     InvalidId,
     MemhonchoError,
     OutboxCapacity,
+    RunConflict,
 )
 from memhoncho.models import Ledger
 from memhoncho.settings import SECRETS_FILE
@@ -370,7 +371,7 @@ def test_any_event_is_stored_or_refused_with_a_typed_error_and_nothing_written_o
             before = _snapshot(data)
             try:
                 result = host.capture(event)
-            except (InvalidEvent, InvalidId, CaptureTooLarge) as exc:
+            except (InvalidEvent, InvalidId, CaptureTooLarge, RunConflict) as exc:
                 seen[exc.code] += 1
                 assert _snapshot(data) == before
                 return

@@ -37,6 +37,7 @@ def _configure(config_dir: Path, broker_url: str) -> None:
 def _run(conversation: str, run: str) -> dict[str, Any]:
     return {
         "conversation_id": conversation,
+        "owner": None,
         "run_id": run,
         "inputs": [{"entry_id": 1, "text": "hello"}],
         "outcome": {"status": "unanswered"},

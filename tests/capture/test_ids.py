@@ -169,3 +169,31 @@ def test_decode_accepts_only_keys_that_encode_back_to_themselves(key: str) -> No
     value = ids.decode(key)
     if value is not None:
         assert ids.peer_id(value) == key
+
+
+owners = st.one_of(
+    st.none(), st.just(ids.DEFAULT_USER), st.just(ids.NAMED_DEFAULT_USER), user_names
+)
+
+
+@EXAMPLES
+@given(owners, owners)
+def test_distinct_owners_never_share_a_peer_not_even_user_and_no_owner(
+    a: str | None, b: str | None
+) -> None:
+    if a != b:
+        assert ids.peer_id(a) != ids.peer_id(b)
+
+
+def test_the_name_user_and_an_ownerless_conversation_get_different_peers() -> None:
+    assert ids.peer_id(None) == "user"  # ownerless conversations keep the peer they always had
+    assert ids.peer_id("user") == "-75ser"
+    assert ids.decode("-75ser") == "user"
+    assert ids.HONCHO_ID.fullmatch(ids.peer_id("user"))
+
+
+@EXAMPLES
+@given(user_names)
+def test_every_other_name_keeps_its_plain_encoding(name: str) -> None:
+    if name != ids.DEFAULT_USER:
+        assert ids.peer_id(name) == ids._encode(name)

@@ -1,4 +1,5 @@
-"""compose.yaml: its commands exist, the data volume is shared, Redis persists, partitions split.
+"""compose.yaml: its commands exist, the data volume is shared, Redis persists, partitions split,
+every long-running service has a real healthcheck, secrets come from files, Flower is optional.
 
 Docker is not run here; the file is parsed and every command it runs is parsed by the CLI that
 would run it (memhoncho's argparse parser, Celery's click commands).
@@ -6,6 +7,8 @@ would run it (memhoncho's argparse parser, Celery's click commands).
 
 from __future__ import annotations
 
+import importlib.util
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ import pytest
 import yaml
 
 from memhoncho import cli, routing
+from memhoncho.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
@@ -75,6 +79,8 @@ def test_every_command_exists_in_memhoncho_or_celery(compose: dict[str, Any]) ->
         if command[0] == "memhoncho":
             args = parser.parse_args(command[1:])  # exits (SystemExit) on an unknown command
             assert args.handler is not None, name
+        elif command[:2] == ["python", "-m"]:
+            assert importlib.util.find_spec(command[2]) is not None, name
         else:
             _celery_params(command)
 
@@ -84,7 +90,8 @@ def test_every_memhoncho_service_mounts_the_one_data_volume_at_the_data_dir(
 ) -> None:
     for name, service in _memhoncho_services(compose).items():
         data_dir = service["environment"]["MEMHONCHO_DATA_DIR"]
-        assert f"memhoncho-data:{data_dir}" in service["volumes"], name
+        # The named volume, or the host folder MEMHONCHO_DATA names (a host outside compose).
+        assert f"${{MEMHONCHO_DATA:-memhoncho-data}}:{data_dir}" in service["volumes"], name
     assert "memhoncho-data" in compose["volumes"]
 
 
@@ -133,13 +140,112 @@ def test_exactly_one_beat_runs(compose: dict[str, Any]) -> None:
     assert compose["services"]["beat"]["deploy"]["replicas"] == 1
 
 
-def test_flower_and_the_status_server_require_their_credentials(compose: dict[str, Any]) -> None:
-    flower = compose["services"]["flower"]["environment"]
-    assert ":?" in flower["FLOWER_BASIC_AUTH"]
-    status = compose["services"]["status"]
-    assert ":?" in status["environment"]["MEMHONCHO_STATUS_TOKEN"]
-    for service in ("flower", "status"):
+def test_flower_is_behind_a_profile_and_requires_its_credentials(compose: dict[str, Any]) -> None:
+    flower = compose["services"]["flower"]
+    assert flower["profiles"] == ["flower"]  # a stack without FLOWER_USER starts without it
+    assert ":?" in flower["environment"]["FLOWER_BASIC_AUTH"]
+    unprofiled = [n for n, s in compose["services"].items() if not s.get("profiles")]
+    for name in unprofiled:  # nothing that always starts needs a variable to be set
+        assert ":?" not in str(compose["services"][name]), name
+    for service in ("flower", "status", "redis"):
         assert all(p.startswith("127.0.0.1:") for p in compose["services"][service]["ports"])
+
+
+def _secret_path(service: dict[str, Any], variable: str) -> str:
+    path = str(service["environment"][variable])
+    assert path.startswith("/run/secrets/"), path
+    assert path.removeprefix("/run/secrets/") in service["secrets"], variable
+    return path
+
+
+def test_the_api_key_and_the_status_token_come_from_secret_files(compose: dict[str, Any]) -> None:
+    assert set(Settings.model_fields) >= {"api_key_file", "status_token_file"}
+    declared = compose["secrets"]
+    assert set(declared) == {"honcho_api_key", "status_token"}
+    assert all("file" in secret for secret in declared.values())
+    for name, service in _memhoncho_services(compose).items():
+        environment = service["environment"]
+        assert "MEMHONCHO_API_KEY" not in environment, f"{name}: a key in the environment"
+        assert "MEMHONCHO_STATUS_TOKEN" not in environment, name
+        _secret_path(service, "MEMHONCHO_API_KEY_FILE")
+    _secret_path(compose["services"]["status"], "MEMHONCHO_STATUS_TOKEN_FILE")
+
+
+def test_the_settings_folder_is_mounted_read_only_where_every_service_reads_it(
+    compose: dict[str, Any],
+) -> None:
+    for name, service in _memhoncho_services(compose).items():
+        config_dir = service["environment"]["MEMHONCHO_CONFIG_DIR"]
+        mounts = [v for v in service["volumes"] if v.split(":")[1:2] == [f"{config_dir}/settings"]]
+        assert len(mounts) == 1 and mounts[0].endswith(":ro"), name
+
+
+def _healthcheck(service: dict[str, Any]) -> list[str]:
+    test = [str(part) for part in service["healthcheck"]["test"]]
+    if test[0] == "CMD-SHELL":
+        assert len(test) == 2
+        return shlex.split(test[1])
+    assert test[0] == "CMD"
+    return test[1:]
+
+
+def test_each_worker_healthcheck_pings_its_own_node(compose: dict[str, Any]) -> None:
+    from celery.bin.base import CLIContext
+    from celery.bin.celery import celery as celery_cli
+
+    from memhoncho.celery_app import app
+
+    for name, params in _workers(compose).items():
+        check = _healthcheck(compose["services"][name])
+        assert check[:4] == [*CELERY_PREFIX, "inspect"], name
+        context = celery_cli.commands["inspect"].make_context(
+            "inspect", check[4:], obj=CLIContext(app=app, no_color=True, workdir=None)
+        )
+        assert context.params["command"] == "ping"
+        # $$ is compose's escape: the container's shell expands $HOSTNAME, Celery's -n %h.
+        worker = _command(compose["services"][name])
+        node = worker[worker.index("-n") + 1]
+        assert node.endswith("@%h") and params["queues"], name
+        assert context.params["destination"] == [node.replace("%h", "$$HOSTNAME")]
+        assert compose["services"][name]["healthcheck"]["test"][0] == "CMD-SHELL"
+
+
+def test_beat_flower_and_the_status_server_have_healthchecks_that_exist(
+    compose: dict[str, Any],
+) -> None:
+    parser = cli._build_parser()
+    services = compose["services"]
+    beat = parser.parse_args(_healthcheck(services["beat"])[1:])
+    assert (beat.handler, beat.what) == (cli._cmd_healthcheck, "beat")
+    status = parser.parse_args(_healthcheck(services["status"])[1:])
+    assert (status.handler, status.what) == (cli._cmd_healthcheck, "status")
+    served = _command(services["status"])
+    assert status.port == int(served[served.index("--port") + 1])
+
+    from flower.urls import handlers
+    from flower.views import monitor
+
+    flower = _healthcheck(services["flower"])
+    assert flower[:2] == ["python", "-c"]
+    compile(flower[2], "flower-healthcheck", "exec")
+    port = _command(services["flower"])[-1].removeprefix("--port=")
+    assert f"http://127.0.0.1:{port}/healthcheck" in flower[2]
+    assert ("/healthcheck", monitor.Healthcheck) in [h for h in handlers if isinstance(h, tuple)]
+    for name, service in _memhoncho_services(compose).items():
+        if name not in ("host", "store-migrate"):  # store-migrate: a one-shot, its exit code
+            assert service["healthcheck"]["interval"], name
+
+
+def test_an_example_host_joins_the_same_volume_and_broker(compose: dict[str, Any]) -> None:
+    services = _memhoncho_services(compose)
+    host, worker = services["host"], services["worker-deliver-a"]
+    assert host["profiles"] == ["host"]
+    for key in ("MEMHONCHO_BROKER_URL", "MEMHONCHO_DATA_DIR", "MEMHONCHO_PARTITIONS"):
+        assert host["environment"][key] == worker["environment"][key], key
+    assert host["volumes"] == worker["volumes"]
+    command = _command(host)
+    assert command[:2] == ["python", "-m"]
+    assert importlib.util.find_spec(command[2]) is not None
 
 
 def test_the_selfhost_profile_builds_honcho_at_a_tag_with_pgvector(

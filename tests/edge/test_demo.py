@@ -59,6 +59,10 @@ def test_the_demo_on_its_own_stand_in_exits_zero_and_cleans_up() -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for claim in ("in capture order, each once", "prompt sections", "the status view"):
         assert claim in done.stdout
+    # The warm shutdown takes seconds: the demo says so before, and each process once stopped.
+    stopping = done.stdout.index("stopping the worker and beat (warm shutdown")
+    assert stopping < done.stdout.index("demo-worker stopped") < done.stdout.index("demo complete")
+    assert "demo-beat stopped" in done.stdout
     leftover = subprocess.run(
         ["pgrep", "-f", "demo-worker"], capture_output=True, text=True, check=False
     )

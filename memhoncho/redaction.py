@@ -1,0 +1,148 @@
+"""Secret redaction at capture: a text's secrets are replaced before its outbox line is written.
+
+Agent transcripts carry API keys, tokens and private keys. memhoncho replaces every match of a
+default set of common key shapes (and of the ``redact_patterns`` setting) with ``[REDACTED]``
+in the run's texts before the batch is built, so a secret is never on disk and never reaches
+Honcho. A pattern with a group named ``secret`` replaces only that group (``Bearer <token>``
+keeps the word ``Bearer``). Only the number of replacements is ever reported, never what they
+replaced. Cost: about 15 ns a character on the 2-core build machine (35 us for a 2 KB run), the
+substring searches of the triggers; a pattern's regular expression runs only when triggered.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memhoncho.errors import ConfigError
+
+REPLACEMENT = "[REDACTED]"
+MAX_PATTERN_LEN = 1000  # characters of one extra pattern (a setting, not a program)
+CACHED_REDACTORS = 8  # distinct extra-pattern sets kept compiled (one per settings change)
+
+#: (name, triggers, regex) of the shapes redacted by default. Each is anchored on a fixed
+#: prefix or a key word, so ordinary prose is never touched; lengths are the issuers' documented
+#: minimums. A pattern runs only on a text holding one of its triggers (a plain substring
+#: search, lowercase triggers against the lowercased text), so a run without a secret pays a
+#: few substring searches, not a regular expression per pattern.
+DEFAULT_PATTERNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "private-key",
+        ("PRIVATE KEY",),
+        r"-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY( BLOCK)?-----"
+        r"[\s\S]*?(?:-----END[A-Z0-9 ]{0,40} PRIVATE KEY( BLOCK)?-----|\Z)",
+    ),
+    # OpenAI (sk-, sk-proj-, sk-svcacct-) and Anthropic (sk-ant-api03-...) keys.
+    ("sk-key", ("sk-",), r"\bsk-[A-Za-z0-9_-]{20,}"),
+    ("honcho-key", ("hch-",), r"\bhch-[A-Za-z0-9_-]{16,}"),
+    (
+        "aws-access-key-id",
+        ("AKIA", "ASIA", "ABIA", "ACCA"),
+        r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b",
+    ),
+    (
+        "aws-secret-access-key",
+        ("secret",),
+        r"(?i)aws_?secret_?access_?key[\"']?\s*[:=]\s*[\"']?(?P<secret>[A-Za-z0-9/+]{40})",
+    ),
+    ("github-token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), r"\bgh[pousr]_[A-Za-z0-9]{36,}"),
+    ("github-pat", ("github_pat_",), r"\bgithub_pat_[A-Za-z0-9_]{22,}"),
+    ("slack-token", ("xox",), r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    (
+        "slack-webhook",
+        ("hooks.slack.com",),
+        r"https://hooks\.slack\.com/services/[A-Za-z0-9/_-]{20,}",
+    ),
+    ("google-api-key", ("AIza",), r"\bAIza[0-9A-Za-z_-]{35}"),
+    ("jwt", ("eyJ",), r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    ("bearer", ("bearer",), r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)"),
+)
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    regex: re.Pattern[str]
+    triggers: tuple[str, ...]  # empty: always run (an operator's pattern)
+    lowercase: bool  # the triggers are searched in the lowercased text
+
+    def replace(self, match: re.Match[str]) -> str:
+        if "secret" not in self.regex.groupindex or match.group("secret") is None:
+            return REPLACEMENT
+        start, end = match.span("secret")
+        offset = match.start()
+        whole = match.group(0)
+        return whole[: start - offset] + REPLACEMENT + whole[end - offset :]
+
+
+class Redactor:
+    """The patterns compiled once; ``redact`` searches each pattern's triggers, then runs it."""
+
+    def __init__(self, extra: Sequence[str] = ()) -> None:
+        self._patterns = _defaults() + [_Pattern(re.compile(regex), (), False) for regex in extra]
+
+    def redact(self, text: str) -> tuple[str, int]:
+        """``text`` with every secret replaced by ``[REDACTED]``, and how many were."""
+        total = 0
+        lowered: str | None = None
+        for pattern in self._patterns:
+            if pattern.triggers:
+                if pattern.lowercase:
+                    if lowered is None:
+                        lowered = text.lower()
+                    haystack = lowered
+                else:
+                    haystack = text
+                if not any(trigger in haystack for trigger in pattern.triggers):
+                    continue
+            text, found = pattern.regex.subn(pattern.replace, text)
+            if found:
+                total += found
+                lowered = None  # the text changed
+        return text, total
+
+
+@functools.cache
+def _defaults() -> list[_Pattern]:
+    """The default patterns, compiled once per process (shared by every redactor)."""
+    return [
+        _Pattern(compiled, triggers, bool(compiled.flags & re.IGNORECASE))
+        for _, triggers, regex in DEFAULT_PATTERNS
+        if (compiled := re.compile(regex))
+    ]
+
+
+def check_pattern(pattern: object) -> str:
+    """``pattern`` if it compiles as a redaction pattern; ValueError saying why otherwise.
+
+    The reason names the regex error only (a pattern may itself hold part of a secret).
+    """
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError("a redaction pattern must be a non-empty string")
+    if len(pattern) > MAX_PATTERN_LEN:
+        raise ValueError(f"a redaction pattern must be at most {MAX_PATTERN_LEN} characters")
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression ({exc.msg})") from None
+    if compiled.match(""):
+        raise ValueError("a redaction pattern must not match the empty string")
+    return pattern
+
+
+@functools.lru_cache(maxsize=CACHED_REDACTORS)
+def redactor(extra: tuple[str, ...] = ()) -> Redactor:
+    """The redactor of the defaults plus ``extra``; compiled once per distinct ``extra``.
+
+    ConfigError (naming the pattern's position, not its text) if an extra pattern is invalid;
+    the settings refuse such a value before it gets here.
+    """
+    for position, pattern in enumerate(extra):
+        try:
+            check_pattern(pattern)
+        except ValueError as exc:
+            raise ConfigError(
+                f"redact_patterns[{position}] is invalid: {exc}", setting="redact_patterns"
+            ) from None
+    return Redactor(extra)
