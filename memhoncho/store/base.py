@@ -111,6 +111,12 @@ class Store(abc.ABC):
         """Keep the records ``keep`` accepts; (kept, dropped). ``before_replace(dropped)`` runs
         before they leave, so a crash between leaves a record in both places, never neither."""
 
+    def compact_delivered(self) -> dict[str, int]:
+        """Drop every delivered record at once; how many per conversation. A store that
+        compacts one conversation at a time (the files: a rewrite each) returns nothing here
+        and the sweep's ``rewrite`` does it."""
+        return {}
+
     @abc.abstractmethod
     def remove_outbox(self, key: str) -> None:
         """Delete a conversation's outbox (operator purge only)."""

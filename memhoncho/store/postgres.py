@@ -354,6 +354,16 @@ class PostgresStore(Store):
             )
         return kept, dropped
 
+    def compact_delivered(self) -> dict[str, int]:
+        """One statement: delivered records (flagged by ``write_ledger`` in the transaction that
+        moved ``delivered_seq``) leave the outbox; retention still looks at each pending one."""
+        with self.connection() as conn:
+            rows = conn.execute(
+                "WITH d AS (DELETE FROM memhoncho_outbox WHERE delivered RETURNING key)"
+                " SELECT key, count(*) FROM d GROUP BY key"
+            ).fetchall()
+        return {key: int(count) for key, count in rows}
+
     def remove_outbox(self, key: str) -> None:
         with self.connection() as conn:
             conn.execute("DELETE FROM memhoncho_outbox WHERE key = %s", (key,))

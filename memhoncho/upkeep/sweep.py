@@ -110,6 +110,11 @@ def sweep(deployment: Deployment, enqueue: Enqueue, *, now: float | None = None)
     settings = deployment.settings()
     retention_s = settings.outbox_retention_days * DAY_S
     store = deployment.store()
+    try:  # a store that drops delivered records in bulk does it first (the database)
+        bulk = store.compact_delivered()
+    except MemhonchoError as exc:
+        report.fail("compact", exc)
+        bulk = {}
     listing = store.sweep_listing()  # taken before any look, so a change since is seen next time
     report.listed = listing.listed
     clean: set[str] = set()
@@ -120,12 +125,20 @@ def sweep(deployment: Deployment, enqueue: Enqueue, *, now: float | None = None)
         except Exception as exc:  # one conversation never stops the sweep
             report.fail("conversation", exc, conversation_key=key)
             continue
+        if key in bulk:
+            if swept is None:
+                swept = ConversationSwept(conversation_key=key)
+            swept.dropped_delivered += bulk.pop(key)
         if swept is None:
             looked_clean += 1
             clean.add(key)
         else:
             report.conversations.append(swept)
             _add_up(report, swept)
+    for key, dropped in sorted(bulk.items()):  # compacted to nothing: no look was needed
+        swept = ConversationSwept(conversation_key=key, dropped_delivered=dropped, kept=0)
+        report.conversations.append(swept)
+        _add_up(report, swept)
     report.unchanged, report.clean = listing.unchanged, looked_clean
     try:
         listing.remember_clean(clean)

@@ -328,3 +328,29 @@ def test_a_capture_behind_a_stalled_transaction_fails_typed_instead_of_hanging(
             assert time.monotonic() - started < LOCK_TIMEOUT_MS / 1000 + 3.0
             stalled.rollback()
         assert host.capture(run_event(CONVERSATION, 1)).status == CaptureStatus.CAPTURED
+
+
+def test_a_run_id_with_other_content_is_a_conflict_before_and_after_delivery(
+    config_dir: Path, data_dir: Path, postgres_url: str
+) -> None:
+    from memhoncho.delivery.fold import fold
+    from memhoncho.errors import RunConflict
+
+    write_settings(config_dir, store_url=postgres_url)
+    key = ids.conversation_key(CONVERSATION)
+    edited = {**run_event(CONVERSATION, 0), "inputs": [{"entry_id": 0, "text": "edited"}]}
+    with Host(config_dir, data_dir) as host:
+        host.capture(run_event(CONVERSATION, 0))
+        with pytest.raises(RunConflict):
+            host.capture(edited)
+        store = host.deployment.store()
+        [record] = store.records(key)
+        delivered = {m["id"]: f"h{i}" for i, m in enumerate(record["messages"])}
+        ledger = fold(Ledger(conversation_id=CONVERSATION), [record], delivered,
+                      batch_window=200, anchor_window=1000, now=1.0)  # fmt: skip
+        store.write_ledger(key, ledger)
+        store.rewrite(key, keep=lambda r: False)  # compacted: only the ledger remembers it
+        assert host.capture(run_event(CONVERSATION, 0)).status == CaptureStatus.DUPLICATE
+        with pytest.raises(RunConflict):
+            host.capture(edited)
+        assert store.records(key) == []
