@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from memhoncho.errors import InvalidEvent
-from memhoncho.models import Answered, RunEvent, SelectionChange
+from memhoncho.models import Answered, OutboxMessage, Record, RunEvent, SelectionChange
 from memhoncho.redaction import Redactor
 
 SELECTION_NAME = "memhoncho"  # the name a host's selection lists to include memhoncho
@@ -54,14 +54,14 @@ def _check_unicode(text: str, what: str = "a text") -> None:
 
 def build_messages(
     event: RunEvent, *, max_message_length: int, redactor: Redactor | None = None
-) -> list[dict[str, Any]]:
+) -> list[OutboxMessage]:
     """The messages of the run in delivery order, without their outbox ids."""
     return _build(event, max_message_length, redactor)[0]
 
 
 def _build(
     event: RunEvent, max_message_length: int, redactor: Redactor | None
-) -> tuple[list[dict[str, Any]], str, int]:
+) -> tuple[list[OutboxMessage], str, int]:
     """The messages, the content digest and the number of secrets redacted."""
     unanswered = not isinstance(event.outcome, Answered)
     entries: list[tuple[str, int, str, dict[str, Any]]] = []
@@ -72,7 +72,7 @@ def _build(
         answer = event.outcome.answer
         texts = [b.text for b in answer.content if b.type == "text" and b.text]
         entries.append((AGENT, answer.entry_id, ANSWER_JOINER.join(texts), {}))
-    messages: list[dict[str, Any]] = []
+    messages: list[OutboxMessage] = []
     content: list[object] = [event.owner, unanswered]
     redactions = 0
     for role, entry_id, text, extra in entries:
@@ -103,7 +103,7 @@ def build_record(
     max_message_length: int,
     captured_at: float,
     redactor: Redactor | None = None,
-) -> dict[str, Any] | None:
+) -> Record | None:
     """The outbox record of the run (``seq`` is added by the outbox); None when it is empty.
 
     ``redactions`` (the number of secrets replaced) is in the record only when it is not 0.
@@ -117,7 +117,7 @@ def build_record(
     bid = batch_id(event.conversation_id, event.run_id)
     for index, message in enumerate(messages):
         message["id"] = f"{bid}-{index}"
-    record: dict[str, Any] = {
+    record: Record = {
         "batch_id": bid,
         "conversation_id": event.conversation_id,
         "owner": event.owner,

@@ -1,7 +1,9 @@
-"""The Celery app, its queues, routing and beat table, built from settings.
+"""The Celery app, its queues, routing and beat table, built from settings when asked for.
 
-``celery -A memhoncho.celery_app worker|beat|flower`` finds ``app`` here. Task modules are named
-by string (``include``), so nothing here imports a service and nothing cycles.
+Nothing is built at import. ``celery -A memhoncho.celery_app worker|beat|flower`` looks up
+``app`` here, and that first look-up builds the process's app (``get_app``) from the settings
+of ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR``. The tasks are shared tasks: they bind to
+whichever app is built, so nothing here imports a service and nothing cycles.
 
 With no ``broker_url`` memhoncho uses kombu's filesystem transport under the data directory
 (one machine, no server); the broker only carries hints, so either choice never risks data.
@@ -9,15 +11,15 @@ With no ``broker_url`` memhoncho uses kombu's filesystem transport under the dat
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 from celery import Celery
 from kombu import Exchange, Queue
 
-from memhoncho import routing
+from memhoncho import logs, results, routing
 from memhoncho.deployment import Deployment
-from memhoncho.results import store as results
 from memhoncho.settings import Settings
 
 TASK_TIME_LIMIT_S = 300  # hard limit; far below the broker's visibility timeout
@@ -28,10 +30,6 @@ EMBEDDED_POLL_S = 0.1  # seconds between the filesystem broker's scans of its qu
 BEAT_EXPIRY_FRACTION = 0.9  # a beat task expires just before its next firing
 
 TASK_MODULES = ["memhoncho.tasks"]
-
-
-def is_redis(url: str | None) -> bool:
-    return bool(url) and str(url).startswith(("redis://", "rediss://", "unix://"))
 
 
 def embedded_broker(data_dir: Path) -> tuple[str, dict[str, Any]]:
@@ -52,8 +50,8 @@ def embedded_broker(data_dir: Path) -> tuple[str, dict[str, Any]]:
 def beat_schedule(current: Settings) -> dict[str, dict[str, Any]]:
     """The beat table: name, schedule, task, queue and ``expires`` just under the period."""
     table = [
-        ("outbox-sweep", current.sweep_interval_s, "memhoncho.outbox_sweep"),
-        ("representation-refresh", current.refresh_interval_s, "memhoncho.refresh_representations"),
+        ("outbox-sweep", current.sweep_interval_s, routing.SWEEP_TASK),
+        ("representation-refresh", current.refresh_interval_s, routing.REFRESH_ALL_TASK),
     ]
     return {
         name: {
@@ -75,15 +73,16 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
     transport_options: dict[str, Any] = {}
     if current.broker_url:
         broker = current.broker_url
-        if is_redis(broker):
+        if routing.is_redis(broker):
             transport_options["visibility_timeout"] = VISIBILITY_TIMEOUT_S
-        backend = broker if is_redis(broker) else None
+        backend = broker if routing.is_redis(broker) else None
     else:
         broker, transport_options = embedded_broker(deployment.data_dir)
         results = deployment.data_dir / "broker" / "results"
         results.mkdir(parents=True, exist_ok=True)
         backend = f"file://{results}"
     celery = Celery("memhoncho", broker=broker, backend=backend, include=TASK_MODULES)
+    logs.connect_celery(current.log_format)  # fields on memhoncho's log lines in workers
     exchange = Exchange("memhoncho", type="direct")
     queue_names = [
         *routing.deliver_queues(current.partitions),
@@ -120,7 +119,7 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
             broker_connection_max_retries=0,
             broker_pool_limit=4,
         )
-        if is_redis(broker):
+        if routing.is_redis(broker):
             celery.conf.broker_transport_options = {
                 **transport_options,
                 "socket_connect_timeout": HOST_CONNECT_TIMEOUT_S,
@@ -164,5 +163,26 @@ def _shared_pool(celery: Celery, pool: Any) -> Any:
     return dict.get(group, eqhash(celery.connection_for_write()))
 
 
-app = create_app()
-results.connect(app)  # task bookkeeping for status and doctor (memhoncho.results)
+_app: Celery | None = None
+_app_lock = threading.Lock()
+
+
+def get_app() -> Celery:
+    """The process's worker, beat or flower app: built from settings on the first call, with
+    the task bookkeeping wired (``results``) and memhoncho's tasks registered on it."""
+    global _app
+    with _app_lock:
+        if _app is None:
+            built = create_app()
+            results.connect(built)  # task bookkeeping for status and doctor
+            import memhoncho.tasks  # noqa: F401  (its shared tasks bind to the app)
+
+            _app = built
+        return _app
+
+
+def __getattr__(name: str) -> Any:
+    """``app`` (what ``celery -A memhoncho.celery_app`` looks up) is built on first access."""
+    if name == "app":
+        return get_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,8 +21,11 @@ def _print_json(value: Any) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    from memhoncho import progress
+
     module = importlib.import_module(BENCHMARKS[args.name])
-    result = module.run(args)
+    with progress.spinner(f"bench {args.name}"):
+        result = module.run(args)
     _print_json(result)
     return 0
 
@@ -34,9 +37,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    """A worker with beat embedded: the one-machine deployment."""
+    """A worker with beat embedded: the one-machine deployment.
+
+    The worker builds its app from ``MEMHONCHO_CONFIG_DIR``/``MEMHONCHO_DATA_DIR`` at import, so
+    the folders this command was given travel in the environment (the worker, its pool children
+    and the embedded beat all read them); beat's schedule file goes in the data dir too.
+    """
     import os
 
+    from memhoncho.deployment import Deployment
+
+    deployment = Deployment.from_dirs(args.config_dir, args.data_dir)
+    os.environ["MEMHONCHO_CONFIG_DIR"] = str(deployment.config_dir.absolute())
+    os.environ["MEMHONCHO_DATA_DIR"] = str(deployment.data_dir.absolute())
+    if args.log_format:
+        os.environ["MEMHONCHO_LOG_FORMAT"] = args.log_format
+    deployment.data_dir.mkdir(parents=True, exist_ok=True)
+    schedule = deployment.data_dir.absolute() / "celerybeat-schedule"
     os.execvp(
         sys.executable,
         [
@@ -47,6 +64,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "memhoncho.celery_app",
             "worker",
             "-B",
+            "-s",
+            str(schedule),
             "-E",
             "-l",
             args.loglevel,
@@ -59,11 +78,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """Sweep now, as beat would: deliveries enqueued through this host's broker client."""
+    from memhoncho import progress
     from memhoncho.host import Host
     from memhoncho.upkeep.sweep import sweep
 
-    with Host(args.config_dir, args.data_dir) as host:
-        report = sweep(host.deployment, host.enqueue_delivery)
+    with Host(args.config_dir, args.data_dir) as host, progress.bar("sweep") as advance:
+        report = sweep(host.deployment, host.enqueue_delivery, progress=advance)
     if args.json:
         _print_json(report.model_dump(mode="json"))
     else:
@@ -82,11 +102,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     """Dead letters back into the outbox (all, or one conversation's), then enqueue delivery."""
+    from memhoncho import progress
     from memhoncho.host import Host
     from memhoncho.upkeep.replay import replay
 
-    with Host(args.config_dir, args.data_dir) as host:
-        report = replay(host.deployment, args.conversation, enqueue=host.enqueue_delivery)
+    with Host(args.config_dir, args.data_dir) as host, progress.bar("replay") as advance:
+        report = replay(
+            host.deployment, args.conversation, enqueue=host.enqueue_delivery, progress=advance
+        )
     if args.json:
         _print_json(report.model_dump(mode="json"))
     else:
@@ -117,7 +140,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(view)
     else:
-        print(status.render_table(view))
+        from memhoncho.status import render
+
+        render.print_table(view)
     return 0
 
 
@@ -196,6 +221,8 @@ def _add_store_commands(sub: Any) -> None:
     move.add_argument("--to", required=True, help="postgresql://user@host/db")
     move.add_argument("--json", action="store_true", help="the report as JSON")
     move.set_defaults(handler=_cmd_store_migrate)
+    for nested in (upgrade, move):  # options anywhere, as on every command
+        _global_options(nested)
 
 
 def _cmd_healthcheck(args: argparse.Namespace) -> int:
@@ -211,10 +238,29 @@ def _cmd_healthcheck(args: argparse.Namespace) -> int:
     return 0 if healthy else 1
 
 
+def _global_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """The options every command takes, before or after the subcommand's name.
+
+    A subcommand's copy defaults to SUPPRESS, so it sets the value only when given and never
+    overwrites one given before the subcommand.
+    """
+    default: Any = None if top else argparse.SUPPRESS
+    if "--config-dir" not in parser._option_string_actions:
+        parser.add_argument("--config-dir", default=default, help="default: $MEMHONCHO_CONFIG_DIR")
+    if "--data-dir" not in parser._option_string_actions:
+        parser.add_argument("--data-dir", default=default, help="default: $MEMHONCHO_DATA_DIR")
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=default,
+        help="log lines as text with a key=value tail (default) or as JSON; "
+        "default: the log_format setting",
+    )
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memhoncho", description=__doc__.splitlines()[0])
-    parser.add_argument("--config-dir", help="default: $MEMHONCHO_CONFIG_DIR")
-    parser.add_argument("--data-dir", help="default: $MEMHONCHO_DATA_DIR")
+    _global_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="measure; prints one JSON object")
@@ -274,11 +320,28 @@ def _build_parser() -> argparse.ArgumentParser:
     health.add_argument("--port", type=int, default=8765, help="the status server's port")
     health.set_defaults(handler=_cmd_healthcheck)
     _add_store_commands(sub)
+    for command in sub.choices.values():
+        _global_options(command)
     return parser
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    """memhoncho's warnings on stderr with their fields; ``--log-format``, else the setting."""
+    from memhoncho import logs
+
+    style = getattr(args, "log_format", None)
+    logs.setup_cli(style or logs.TEXT)
+    if style is None and args.command != "demo":  # the demo keeps its own folders
+        from memhoncho import settings as settings_module
+
+        configured = settings_module.load(getattr(args, "config_dir", None)).log_format
+        if configured != logs.TEXT:
+            logs.setup_cli(configured)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
+    _setup_logging(args)
     try:
         return int(args.handler(args))
     except MemhonchoError as exc:

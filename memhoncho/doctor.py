@@ -12,11 +12,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memhoncho import routing
+from memhoncho import results, routing
 from memhoncho import settings as settings_module
 from memhoncho.deployment import Deployment
 from memhoncho.errors import MemhonchoError
-from memhoncho.results import store as results
 
 INSPECT_TIMEOUT_S = 2.0  # seconds workers have to answer ``inspect active_queues``
 BROKER_TIMEOUT_S = 2.0  # seconds to connect to the broker
@@ -40,6 +39,14 @@ class Check:
 
 
 def check_settings(deployment: Deployment) -> Check:
+    unreadable = settings_module.problems(deployment.config_dir)
+    if unreadable:
+        return Check(
+            "settings",
+            FAIL,
+            "; ".join(unreadable) + " (such a file is ignored: its values take their defaults)",
+            "fix the file so that it holds one JSON object, or remove it",
+        )
     bad = settings_module.invalid_keys(deployment.config_dir)
     if bad:
         return Check(
@@ -131,7 +138,12 @@ def check_broker(deployment: Deployment, app: Any) -> Check:
 
 
 def check_workers(deployment: Deployment, app: Any) -> Check:
-    wanted = routing.deliver_queues(deployment.settings().partitions)
+    """Some worker consumes every queue: deliver.N, recall (the tools) and maintenance (sweep)."""
+    wanted = [
+        *routing.deliver_queues(deployment.settings().partitions),
+        routing.RECALL_QUEUE,
+        routing.MAINTENANCE_QUEUE,
+    ]
     try:
         replies = app.control.inspect(timeout=INSPECT_TIMEOUT_S).active_queues() or {}
     except Exception as exc:
@@ -152,7 +164,9 @@ def check_workers(deployment: Deployment, app: Any) -> Check:
             "(and memhoncho.recall,memhoncho.maintenance)",
         )
     return Check(
-        "workers", PASS, f"{len(replies)} worker(s) consume all {len(wanted)} deliver queues"
+        "workers",
+        PASS,
+        f"{len(replies)} worker(s) consume all {len(wanted)} queues (deliver, recall, maintenance)",
     )
 
 

@@ -18,7 +18,7 @@ STATUS_TIMEOUT_S = 3.0  # seconds the status server has to answer
 
 def beat(deployment: Deployment) -> tuple[bool, str]:
     """A beat on this host wrote a heartbeat within ``BEAT_STALE_S`` (it writes every 15 s)."""
-    from memhoncho.results import store as results
+    from memhoncho import results
 
     try:
         store = results.store_for(deployment.settings().broker_url, deployment.data_dir)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 from pydantic import ValidationError
 
-from memhoncho import ids, redaction
+from memhoncho import ids, redaction, routing
 from memhoncho.capture import build_record, is_selected
 from memhoncho.deployment import Deployment
 from memhoncho.errors import InvalidEvent
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BROKER_BACKOFF_S = 5.0  # after a failed publish, skip publishing this long (no retry loop)
-DELIVER_TASK = "memhoncho.deliver"
-REFRESH_TASK = "memhoncho.refresh_representation"
+DELIVER_TASK = routing.DELIVER_TASK
+REFRESH_TASK = routing.REFRESH_TASK
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")  # echoed in InvalidEvent; else "?"
 
 

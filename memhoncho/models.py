@@ -1,4 +1,5 @@
-"""Pydantic models of what crosses memhoncho's boundaries: the host's runs and the ledger.
+"""The types of what crosses memhoncho's boundaries: the host's runs (pydantic), the ledger
+(pydantic) and the outbox record (a ``TypedDict``: a plain dict on the capture path).
 
 Inputs are strict (no coercion of wrong types, unknown keys refused) so a malformed event is
 refused before anything is written.
@@ -7,9 +8,9 @@ refused before anything is written.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_serializer
 
 MAX_RUN_ID_LEN = 256  # characters
 MAX_INPUTS = 1000  # user inputs in one run
@@ -88,13 +89,9 @@ class CaptureResult(BaseModel):
     redactions: int = 0
 
 
-class RecordState(StrEnum):
-    """Where an outbox record is in its life."""
-
-    PENDING = "pending"  #: on disk, not yet known to Honcho
-    IN_FLIGHT = "in-flight"  #: a send began; Honcho may or may not hold it
-    DELIVERED = "delivered"  #: Honcho holds every message of the batch
-    DEAD = "dead"  #: past retention, moved to the dead-letter file
+#: how a forked conversation's session began: a clone of the parent at an anchor, or fresh
+#: because the anchor left the window, the parent had nothing, was unknown, or never came
+ForkOutcome = Literal["clone", "none-window", "none-empty", "none-unknown-parent", "none-timeout"]
 
 
 class ForkDecision(BaseModel):
@@ -102,11 +99,52 @@ class ForkDecision(BaseModel):
 
     parent_id: str
     at_entry: int
-    outcome: Literal["clone", "none-window", "none-empty", "none-unknown-parent", "none-timeout"]
+    outcome: ForkOutcome
     anchor_entry: int | None = None
     parent_session_id: str | None = None
     decided_at: float
     reason: str | None = None  #: why, in words an operator reads in the status view
+
+
+class CloneStage(StrEnum):
+    """How far a child's clone of its parent has come (``delivery.clone``)."""
+
+    PREPARED = "prepared"  #: intent written; no clone request sent yet
+    CLONING = "cloning"  #: a clone request may have been sent; look before cloning again
+    CLONED = "cloned"  #: the clone's id is known
+
+
+class CloneIntent(BaseModel):
+    """A clone under way, in the child's ledger before any clone call, so a worker killed
+    at any step resumes it instead of cloning twice.
+
+    Stored as strings only (``anchor_entry`` and ``at`` too, as they always were), so every
+    ledger written before or after reads the same; ``clone_session_id`` only once known.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    parent_session_id: str
+    anchor_entry: int  #: the child's fork entry's anchor in the parent
+    anchor_message_id: str  #: the parent's Honcho message the clone is cut at
+    tag: str  #: unique: marks the parent, then the clone, so a lost clone is found again
+    stage: CloneStage
+    at: float  #: Unix seconds the stage was entered
+    clone_session_id: str | None = None
+
+    @model_serializer(mode="plain")
+    def _as_strings(self) -> dict[str, str]:
+        stored = {
+            "parent_session_id": self.parent_session_id,
+            "anchor_entry": str(self.anchor_entry),
+            "anchor_message_id": self.anchor_message_id,
+            "tag": self.tag,
+            "stage": str(self.stage),
+            "at": repr(self.at),
+        }
+        if self.clone_session_id is not None:
+            stored["clone_session_id"] = self.clone_session_id
+        return stored
 
 
 class Ledger(BaseModel):
@@ -131,6 +169,43 @@ class Ledger(BaseModel):
     first_delivered_at: float | None = None
     last_delivered_at: float | None = None
     fork: ForkDecision | None = None
-    clone_intent: dict[str, str] | None = None  #: written before a clone call
+    clone_intent: CloneIntent | None = None  #: written before a clone call
     #: the newest failed delivery ``{code, message, at}``; cleared by the next success
     last_error: dict[str, Any] | None = None
+    #: Honcho failures in a row with no message delivered between them (the delivery task
+    #: gives up at ``tasks.DELIVER_MAX_FAILURES``; the sweep re-drives the records later)
+    failures: int = 0
+
+
+class OutboxMessage(TypedDict, total=False):
+    """One message of a record, in delivery order (``capture.build_messages``)."""
+
+    id: str  #: ``<batch_id>-<index>``: the outbox id Honcho's copy carries for dedup
+    role: str  #: ``user`` or ``agent``
+    entry_id: int  #: the host's transcript entry
+    text: str
+    meta: dict[str, Any]  #: Honcho message metadata (entry, run, part of parts, unanswered)
+
+
+class Record(TypedDict, total=False):
+    """One outbox line's JSON, as ``capture.build_record`` made it and the outbox numbered it.
+
+    A plain dict at run time (a capture encodes it once, with no model in between); the keys
+    are all optional because a line read from disk is checked only for its ``seq``, a mark line
+    (``{"seq": N, "mark": true}``) has nothing else, and dead letters and replays add theirs.
+    """
+
+    seq: int  #: grows within the conversation; the ledger's ``delivered_seq`` compares to it
+    mark: bool  #: a compaction mark: keeps ``seq`` from going back, delivers nothing
+    batch_id: str  #: stable per run (``capture.batch_id``): a second capture is a duplicate
+    conversation_id: str
+    owner: str | None
+    user_peer_id: str
+    run_id: str
+    captured_at: float  #: Unix seconds; starts the retention clock
+    messages: list[OutboxMessage]
+    replayed_at: float  #: set by a replay from the dead letters: restarts the clock
+    dead_at: float  #: in a dead-letter file only
+    dead_reason: str  #: in a dead-letter file only
+    digest: str  #: the run's content digest (``capture.content_digest``): same id, other content
+    redactions: int  #: secrets replaced at capture; present only when not 0

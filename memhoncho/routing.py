@@ -1,7 +1,8 @@
-"""The one place that decides which queue a task goes to.
+"""The wire names (tasks, queues, Redis keys) and the one place that decides a task's queue.
 
-A stable hash (crc32, never ``hash()``, which is salted per process) of the conversation id
-picks one of N partition queues, so one conversation's deliveries queue together.
+Hosts, workers and beats of different versions meet only through these names, so each is
+written here once. A stable hash (crc32, never ``hash()``, which is salted per process) of the
+conversation id picks one of N partition queues, so one conversation's deliveries queue together.
 """
 
 from __future__ import annotations
@@ -9,9 +10,25 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+TASK_PREFIX = "memhoncho."  #: every memhoncho task's name starts so (results record only these)
+DELIVER_TASK = "memhoncho.deliver"
+RECALL_TASK = "memhoncho.recall"
+SWEEP_TASK = "memhoncho.outbox_sweep"
+REFRESH_ALL_TASK = "memhoncho.refresh_representations"  #: enqueues the refreshes that are due
+REFRESH_TASK = "memhoncho.refresh_representation"  #: one conversation's
+
 DELIVER_QUEUE_PREFIX = "memhoncho.deliver."
 RECALL_QUEUE = "memhoncho.recall"
 MAINTENANCE_QUEUE = "memhoncho.maintenance"
+
+RESULTS_KEY_PREFIX = "memhoncho:results:"  #: a Redis hash per task name (``results``)
+BEAT_KEY_PREFIX = "memhoncho:beat:"  #: a Redis key per live beat, expiring
+WORKER_KEY_PREFIX = "memhoncho:worker:"  #: a Redis key per live worker (its queues), expiring
+
+
+def is_redis(url: str | None) -> bool:
+    """Whether a broker URL names Redis (else the embedded filesystem broker or another)."""
+    return bool(url) and str(url).startswith(("redis://", "rediss://", "unix://"))
 
 
 def partition(conversation_id: str, partitions: int) -> int:
@@ -29,11 +46,11 @@ def deliver_queues(partitions: int) -> list[str]:
 DELIVER = "deliver"  # routed by conversation partition
 #: every memhoncho task's wire name and where it goes; a guard test checks each task is here
 TASK_QUEUES: dict[str, str] = {
-    "memhoncho.deliver": DELIVER,
-    "memhoncho.outbox_sweep": MAINTENANCE_QUEUE,
-    "memhoncho.refresh_representations": MAINTENANCE_QUEUE,
-    "memhoncho.refresh_representation": MAINTENANCE_QUEUE,
-    "memhoncho.recall": RECALL_QUEUE,
+    DELIVER_TASK: DELIVER,
+    SWEEP_TASK: MAINTENANCE_QUEUE,
+    REFRESH_ALL_TASK: MAINTENANCE_QUEUE,
+    REFRESH_TASK: MAINTENANCE_QUEUE,
+    RECALL_TASK: RECALL_QUEUE,
 }
 
 

@@ -83,6 +83,7 @@ class Settings(BaseModel):
             check_pattern(pattern)
         return value
 
+    log_format: str = Field("text", pattern=r"^(text|json)$")  # json: one JSON object a line
     #: where the durable state lives: unset means the data directory's files (one machine);
     #: ``postgresql://user@host/db`` means that database (many machines; README "Scaling")
     store_url: str | None = None  # checked by store.open_store: a bad one is an error
@@ -122,6 +123,7 @@ class _Read:
     trusted: bool  # False while the file is too new to trust its stamp
     generation: int  # bumps at every real read, so a derived cache knows it is stale
     value: dict[str, Any]
+    problem: str | None = None  #: why the file cannot be used (it then reads as {})
 
 
 _reads: dict[Path, _Read] = {}
@@ -148,11 +150,11 @@ def _read_json_cached(path: Path) -> _Read:
         if cached is not None and cached.trusted and cached.stamp == stamp:
             return cached
         read_at_ns = time.time_ns()
-    value = _read_json_object(path)
+    value, problem = _read_json_object(path)
     if st is None:
-        return _Read((0, 0, 0, 0), False, next(_generations), value)
+        return _Read((0, 0, 0, 0), False, next(_generations), value, problem)
     trusted = stamp[3] < read_at_ns - int(RACY_S * 1e9)
-    fresh = _Read(stamp, trusted, next(_generations), value)
+    fresh = _Read(stamp, trusted, next(_generations), value, problem)
     _reads[path] = fresh
     return fresh
 
@@ -174,23 +176,35 @@ def _files(config: str | os.PathLike[str] | None) -> tuple[Path, Path, Path]:
     return paths
 
 
-def _read_json_object(path: Path) -> dict[str, Any]:
+def _read_json_object(path: Path) -> tuple[dict[str, Any], str | None]:
+    """The JSON object in ``path`` ({} when absent), and why it cannot be used, if it cannot."""
     try:
         raw = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return {}
-    except OSError as exc:
+        return {}, None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
         log.warning("cannot read %s (%s); using defaults", path, type(exc).__name__)
-        return {}
+        return {}, f"cannot be read ({reason})"
     try:
         value = json.loads(raw)
-    except ValueError:
+    except json.JSONDecodeError as exc:
         log.warning("%s is not valid JSON; using defaults", path)
-        return {}
+        return {}, f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
     if not isinstance(value, dict):
         log.warning("%s is not a JSON object; using defaults", path)
-        return {}
-    return value
+        return {}, f"is not a JSON object (it holds a JSON {_json_kind(value)})"
+    return value, None
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, str):
+        return "string"
+    if value is None:
+        return "null"
+    return "boolean" if isinstance(value, bool) else "number"
 
 
 _ENV_NAMES = tuple(ENV_PREFIX + name.upper() for name in FIELDS)
@@ -282,3 +296,18 @@ def secret_file(path: str | None) -> str | None:
         return None
     _secret_files[path] = (stamp, value)
     return value
+
+
+def problems(config: str | os.PathLike[str] | None = None) -> list[str]:
+    """Each settings or secrets file that exists but cannot be used now, with the reason.
+
+    ``load`` and ``api_key`` read such a file as empty (defaults, no key) so that a broken
+    file never crashes a worker; this is how doctor and status find out that it happened.
+    """
+    _, settings_file, secrets_file = _files(config)
+    found = []
+    for path in (settings_file, secrets_file):
+        problem = _read_json_cached(path).problem
+        if problem:
+            found.append(f"{path} {problem}")
+    return found

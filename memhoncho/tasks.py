@@ -1,7 +1,8 @@
 """Thin Celery tasks: take ids, call a service function, map its error to retry or give up.
 
-Each task has an explicit wire name; ``routing.TASK_QUEUES`` says where it goes. Services never
-import this module.
+Each task has an explicit wire name from ``routing``, where ``routing.TASK_QUEUES`` says where
+it goes. The tasks are shared: they bind to whichever app the process builds
+(``celery_app.get_app``), so importing this module builds nothing. Services never import it.
 """
 
 from __future__ import annotations
@@ -10,17 +11,22 @@ import logging
 import random
 from typing import Any
 
-from celery import signals
+from celery import shared_task, signals
 
-from memhoncho.celery_app import app
+from memhoncho import results, routing
 from memhoncho.deployment import Deployment
-from memhoncho.results import store as results
+from memhoncho.errors import MemhonchoError
 
 log = logging.getLogger(__name__)
 
 
-def task_context() -> Deployment:
-    """The dirs the app was built for (from ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR``)."""
+def task_context(app: Any = None) -> Deployment:
+    """The dirs the app was built for (from ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR``);
+    ``app`` is the running task's, else the process's (``celery_app.get_app``)."""
+    if app is None:
+        from memhoncho.celery_app import get_app
+
+        app = get_app()
     return Deployment.from_dirs(app.conf.memhoncho_config_dir, app.conf.memhoncho_data_dir)
 
 
@@ -39,6 +45,29 @@ def _close_honcho_clients(**_: Any) -> None:
     adapter.close_clients()
 
 
+def _retry_or_give_up(
+    task: Any,
+    exc: MemhonchoError,
+    *,
+    attempt: int,
+    max_attempts: int,
+    default_delay_s: float,
+    action: str,
+    message: str,
+) -> None:
+    """Retry ``task`` after the delay the retry decision gives (raises Celery's Retry), or,
+    on the ``max_attempts``-th attempt or an error not worth retrying, log ``message`` and
+    record that the task gave up (its work stays pending for the next sweep or beat)."""
+    from memhoncho.honcho import adapter
+
+    decision = adapter.classify(exc, attempt)
+    if decision.retry and attempt < max_attempts:
+        delay = decision.delay_s if decision.delay_s is not None else default_delay_s
+        raise task.retry(countdown=delay) from None
+    log.warning(message, extra={"action": action, "code": exc.code, "failures": attempt})
+    results.gave_up(task, exc)
+
+
 # ---- delivery ----------------------------------------------------------------------------
 
 LOCK_RETRY_S = 0.5  # seconds (jittered 0.5x..1.5x): another worker holds the conversation
@@ -53,20 +82,19 @@ def _jittered(seconds: float) -> float:
 
 
 # At least once (acks_late, requeued when a worker dies): delivery is idempotent by design.
-@app.task(name="memhoncho.deliver", bind=True, ignore_result=True, acks_late=True, max_retries=None)
-def deliver(
-    self: Any, conversation_id: str, failures: int = 0, held: int = -1
-) -> dict[str, Any] | None:
+@shared_task(
+    name=routing.DELIVER_TASK, bind=True, ignore_result=True, acks_late=True, max_retries=None
+)
+def deliver(self: Any, conversation_id: str, **_retired: Any) -> dict[str, Any] | None:
     """Deliver the conversation's pending records (``delivery.deliver_conversation``).
 
-    ``failures``: Honcho failures in a row so far; ``held``: the ledger's delivered-message
-    count at the last one (progress since then starts the count again).
+    How many Honcho failures in a row it has met is the ledger's ``failures`` (a retry queued
+    by an earlier version may still carry them as ``failures``/``held``: ignored).
     """
     from memhoncho.delivery import engine as delivery
-    from memhoncho.errors import ForkWaiting, HonchoFailure, LockBusy, MemhonchoError
-    from memhoncho.honcho import adapter
+    from memhoncho.errors import ForkWaiting, HonchoFailure, LockBusy
 
-    deployment = task_context()
+    deployment = task_context(self.app)
     try:
         report = delivery.deliver_conversation(deployment, conversation_id)
     except ForkWaiting:
@@ -74,18 +102,16 @@ def deliver(
     except LockBusy:
         raise self.retry(countdown=_jittered(LOCK_RETRY_S)) from None
     except HonchoFailure as exc:
-        now_held = delivery.messages_delivered(deployment, conversation_id)
-        failures = 1 if now_held > held else failures + 1
-        decision = adapter.classify(exc, failures)
-        if decision.retry and failures < DELIVER_MAX_FAILURES:
-            countdown = decision.delay_s if decision.delay_s is not None else LOCK_RETRY_S
-            retry_kwargs = {"failures": failures, "held": now_held}
-            raise self.retry(countdown=countdown, kwargs=retry_kwargs) from None
-        log.warning(
-            "delivery stopped; the records stay pending for the sweep",
-            extra={"action": "delivery_gave_up", "code": exc.code, "failures": failures},
+        _retry_or_give_up(
+            self,
+            exc,
+            # counted by the engine as it failed; at least this one if the ledger missed it
+            attempt=max(1, delivery.failures_in_a_row(deployment, conversation_id)),
+            max_attempts=DELIVER_MAX_FAILURES,
+            default_delay_s=LOCK_RETRY_S,
+            action="delivery_gave_up",
+            message="delivery stopped; the records stay pending for the sweep",
         )
-        results.gave_up(self, exc)
         return None
     except MemhonchoError as exc:  # no key, a bad id, a store error: nothing to retry now
         log.warning(
@@ -95,11 +121,9 @@ def deliver(
         results.gave_up(self, exc)
         return None
     if report.state == delivery.DeliveryState.MORE:
-        app.send_task("memhoncho.deliver", args=[conversation_id], ignore_result=True)
+        self.app.send_task(routing.DELIVER_TASK, args=[conversation_id], ignore_result=True)
     if report.first_delivery:
-        app.send_task(
-            "memhoncho.refresh_representation", args=[conversation_id], ignore_result=True
-        )
+        self.app.send_task(routing.REFRESH_TASK, args=[conversation_id], ignore_result=True)
     return {
         "state": str(report.state),
         "messages": report.delivered_messages + report.recovered_messages,
@@ -109,48 +133,46 @@ def deliver(
 
 # At most once (acks_late off): a recall nobody waits for any more must not run twice, and a
 # remember must not store its conclusion twice. The host's wait and the task's expiry agree.
-@app.task(name="memhoncho.recall", ignore_result=False, acks_late=False)
-def recall(name: str, arguments: dict[str, Any], owner: str | None) -> dict[str, Any]:
+@shared_task(name=routing.RECALL_TASK, bind=True, ignore_result=False, acks_late=False)
+def recall(self: Any, name: str, arguments: dict[str, Any], owner: str | None) -> dict[str, Any]:
     """Run one recall tool for a waiting host; answers ``{"ok", "result" | "error"}``."""
     from memhoncho.recall import tools
 
-    return tools.outcome(task_context(), name, arguments, owner)
+    return tools.outcome(task_context(self.app), name, arguments, owner)
 
 
 # ---- beat: the outbox sweep and the representation refresh ------------------------------
 
 REFRESH_MAX_RETRIES = 5  # a refresh that keeps failing waits for the next beat instead
+REFRESH_RETRY_S = 1.0  # when the retry decision names no delay
 
 
-def _send_delivery(conversation_id: str) -> bool:
-    app.send_task("memhoncho.deliver", args=[conversation_id], ignore_result=True)
-    return True
-
-
-@app.task(name="memhoncho.outbox_sweep", ignore_result=True)
-def outbox_sweep() -> dict[str, Any]:
+@shared_task(name=routing.SWEEP_TASK, bind=True, ignore_result=True)
+def outbox_sweep(self: Any) -> dict[str, Any]:
     """Resolve forks, re-drive pending deliveries, compact the outboxes (``sweep.sweep``)."""
     from memhoncho.upkeep import sweep
 
-    report = sweep.sweep(task_context(), _send_delivery)
+    def send_delivery(conversation_id: str) -> bool:
+        self.app.send_task(routing.DELIVER_TASK, args=[conversation_id], ignore_result=True)
+        return True
+
+    report = sweep.sweep(task_context(self.app), send_delivery)
     return report.model_dump(mode="json", exclude={"conversations"})
 
 
-@app.task(name="memhoncho.refresh_representations", ignore_result=True)
-def refresh_representations() -> int:
+@shared_task(name=routing.REFRESH_ALL_TASK, bind=True, ignore_result=True)
+def refresh_representations(self: Any) -> int:
     """Enqueue a refresh of every recently delivered conversation whose snapshot is old."""
     from memhoncho import memory
 
-    due = memory.refresh_due(task_context())
+    due = memory.refresh_due(task_context(self.app))
     for conversation_id in due:
-        app.send_task(
-            "memhoncho.refresh_representation", args=[conversation_id], ignore_result=True
-        )
+        self.app.send_task(routing.REFRESH_TASK, args=[conversation_id], ignore_result=True)
     return len(due)
 
 
-@app.task(
-    name="memhoncho.refresh_representation",
+@shared_task(
+    name=routing.REFRESH_TASK,
     bind=True,
     ignore_result=True,
     max_retries=REFRESH_MAX_RETRIES,
@@ -158,17 +180,16 @@ def refresh_representations() -> int:
 def refresh_representation(self: Any, conversation_id: str) -> None:
     """Fetch one conversation's representation and session context into its cache file."""
     from memhoncho import memory
-    from memhoncho.errors import MemhonchoError
-    from memhoncho.honcho import adapter
 
     try:
-        memory.refresh_representation(task_context(), conversation_id)
+        memory.refresh_representation(task_context(self.app), conversation_id)
     except MemhonchoError as exc:
-        decision = adapter.classify(exc, self.request.retries + 1)
-        if decision.retry and self.request.retries < REFRESH_MAX_RETRIES:
-            raise self.retry(countdown=decision.delay_s or 1.0) from None
-        log.warning(
-            "representation refresh gave up; the next beat tries again",
-            extra={"action": "refresh_gave_up", "code": exc.code},
+        _retry_or_give_up(
+            self,
+            exc,
+            attempt=self.request.retries + 1,
+            max_attempts=REFRESH_MAX_RETRIES + 1,
+            default_delay_s=REFRESH_RETRY_S,
+            action="refresh_gave_up",
+            message="representation refresh gave up; the next beat tries again",
         )
-        results.gave_up(self, exc)

@@ -1,13 +1,15 @@
-"""Shared fixtures: isolated dirs, a real Redis database, the Honcho stand-in, real workers."""
+"""Shared fixtures: isolated dirs, a real Redis database. The stand-in, dirs, deployment, host
+and worker fixtures come from memhoncho's own pytest plugin (``memhoncho.testing``)."""
 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["memhoncho.testing.pytest_plugin"]
 
 REDIS_URL = os.environ.get("MEMHONCHO_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 
@@ -20,20 +22,6 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             monkeypatch.delenv(name)
     monkeypatch.setenv("MEMHONCHO_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("MEMHONCHO_DATA_DIR", str(tmp_path / "data"))
-
-
-@pytest.fixture
-def config_dir(tmp_path: Path) -> Path:
-    path = tmp_path / "config"
-    path.mkdir(exist_ok=True)
-    return path
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    path = tmp_path / "data"
-    path.mkdir(exist_ok=True)
-    return path
 
 
 @pytest.fixture
@@ -52,11 +40,6 @@ def redis_url() -> Iterator[str]:
     yield REDIS_URL
     client.flushdb()
     client.close()
-
-
-@pytest.fixture
-def workspace_id() -> str:
-    return f"ws_{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(autouse=True)
@@ -101,9 +84,14 @@ def postgres_url(postgres_database: str) -> Iterator[str]:
 
 
 @pytest.fixture(params=["files", "postgresql"])
-def store_url(request: pytest.FixtureRequest) -> str | None:
-    """Each test that takes it runs on both stores: None (files) and a private database."""
+def store_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """Each test that takes it runs on both stores: None (files) and a private database.
+
+    The database is also named in ``MEMHONCHO_STORE_URL``, so a test that rewrites its settings
+    file stays on it (worker processes get it from the settings file the test writes).
+    """
     if request.param == "files":
         return None
     url: str = request.getfixturevalue("postgres_url")
+    monkeypatch.setenv("MEMHONCHO_STORE_URL", url)
     return url

@@ -18,11 +18,12 @@ from typing import Any
 
 from kombu import Connection, Exchange, Queue
 
+from memhoncho import routing
 from memhoncho.celery_app import embedded_broker
 
 DEFAULT_MESSAGES = 500
 REFERENCE_REDIS = "redis://127.0.0.1:6379/14"
-HINT = {"task": "memhoncho.deliver", "args": ["conversation-0001"], "kwargs": {}}
+HINT = {"task": routing.DELIVER_TASK, "args": ["conversation-0001"], "kwargs": {}}
 
 
 def _percentile(values: list[float], fraction: float) -> float:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from kombu import Connection, Exchange, Producer, Queue
 
-from memhoncho import ids
+from memhoncho import ids, routing
 from memhoncho.host import Host
 from memhoncho.settings import SECRETS_FILE, SETTINGS_FILE
 
@@ -193,7 +193,7 @@ def _clean_redis() -> None:
 
     client = redis.Redis.from_url(REDIS_URL)
     try:
-        names = [FLOOR_QUEUE, *client.scan_iter("memhoncho.deliver.*")]
+        names = [FLOOR_QUEUE, *client.scan_iter(f"{routing.DELIVER_QUEUE_PREFIX}*")]
         client.delete(*names)
     finally:
         client.close()

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from memhoncho.errors import ForkWaiting, HonchoRejected
 from memhoncho.honcho import adapter
-from memhoncho.models import ForkDecision, Ledger
+from memhoncho.models import CloneIntent, CloneStage, ForkDecision, Ledger
 from memhoncho.store.base import Store
 from memhoncho.store.forks import ForkRecord
 
@@ -48,10 +48,6 @@ FORK_TAG_KEY = "memhoncho_fork_tag"  #: on a clone: the tag of the intent that m
 ENTRY_ID_KEY = "entry_id"  #: message metadata: the host's transcript entry (capture.py)
 
 SETTLE_SLEEP_MAX_S = 5.0  # seconds a resolution sleeps for lost requests to land, not more
-
-STAGE_PREPARED = "prepared"  #: intent written; no clone request sent yet
-STAGE_CLONING = "cloning"  #: a clone request may have been sent; look before cloning again
-STAGE_CLONED = "cloned"  #: the clone's id is known
 
 #: Tests observe the named steps of a resolution (e.g. to SIGKILL a process at one); none in use.
 STEP_OBSERVERS: list[Callable[[str], None]] = []
@@ -92,37 +88,36 @@ class Clone:
         self, ledger: Ledger, parent_session_id: str, anchor_entry: int, anchor_message_id: str
     ) -> Ledger:
         """Write the intent, then clone (``resume`` does the rest)."""
-        intent = {
-            "parent_session_id": parent_session_id,
-            "anchor_entry": str(anchor_entry),
-            "anchor_message_id": anchor_message_id,
-            "tag": uuid.uuid4().hex,
-            "stage": STAGE_PREPARED,
-            "at": repr(time.time()),
-        }
+        intent = CloneIntent(
+            parent_session_id=parent_session_id,
+            anchor_entry=anchor_entry,
+            anchor_message_id=anchor_message_id,
+            tag=uuid.uuid4().hex,
+            stage=CloneStage.PREPARED,
+            at=time.time(),
+        )
         ledger = self._write(ledger, clone_intent=intent)
         reached("intent-written")
         return self.resume(ledger)
 
     def resume(self, ledger: Ledger) -> Ledger:
         """Carry the intent in ``ledger`` through to a recorded clone; safe to call again."""
-        intent = dict(ledger.clone_intent or {})
-        parent_sid = intent["parent_session_id"]
-        tag = intent["tag"]
+        intent = ledger.clone_intent
+        assert intent is not None, "resume needs a ledger with a clone intent"
+        parent_sid = intent.parent_session_id
+        tag = intent.tag
         self._fence()
-        clone_sid = intent.get("clone_session_id")
-        if clone_sid is None and intent["stage"] == STAGE_CLONING:
+        clone_sid = intent.clone_session_id
+        if clone_sid is None and intent.stage == CloneStage.CLONING:
             clone_sid = self._find(tag, parent_sid)  # settled: the fence waited for it
         if clone_sid is None:
             self._tag_parent(parent_sid, tag)
             reached("parent-tagged")
-            intent.update(stage=STAGE_CLONING, at=repr(time.time()))
-            ledger = self._write(ledger, clone_intent=dict(intent))
+            intent = intent.model_copy(update={"stage": CloneStage.CLONING, "at": time.time()})
+            ledger = self._write(ledger, clone_intent=intent)
             reached("cloning-written")
             try:
-                clone_sid = adapter.clone_session(
-                    self.client, parent_sid, intent["anchor_message_id"]
-                )
+                clone_sid = adapter.clone_session(self.client, parent_sid, intent.anchor_message_id)
             except HonchoRejected as exc:
                 if exc.status != 404:
                     raise
@@ -130,9 +125,11 @@ class Clone:
                 self.store.remove_clone_marker(self.parent_key)
                 return self._anchor_gone(ledger, intent)
             reached("cloned")
-        if intent.get("clone_session_id") != clone_sid:
-            intent.update(stage=STAGE_CLONED, clone_session_id=clone_sid)
-            ledger = self._write(ledger, clone_intent=dict(intent))
+        if intent.clone_session_id != clone_sid:
+            intent = intent.model_copy(
+                update={"stage": CloneStage.CLONED, "clone_session_id": clone_sid}
+            )
+            ledger = self._write(ledger, clone_intent=intent)
             reached("clone-recorded")
         self._tag_clone(clone_sid, tag)
         reached("clone-tagged")
@@ -146,10 +143,10 @@ class Clone:
             parent_id=self.record.parent_id,
             at_entry=self.record.at_entry,
             outcome="clone",
-            anchor_entry=int(intent["anchor_entry"]),
+            anchor_entry=intent.anchor_entry,
             parent_session_id=parent_sid,
             decided_at=time.time(),
-            reason=f"cloned the parent at its anchor for entry {intent['anchor_entry']}",
+            reason=f"cloned the parent at its anchor for entry {intent.anchor_entry}",
         )
         self.store.append_decision(self.key, decision)
         ledger = self._write(
@@ -243,12 +240,12 @@ class Clone:
                 anchors.append((entry, str(message["id"])))
         return anchors[-self.anchor_window :]
 
-    def _anchor_gone(self, ledger: Ledger, intent: dict[str, str]) -> Ledger:
+    def _anchor_gone(self, ledger: Ledger, intent: CloneIntent) -> Ledger:
         decision = ForkDecision(
             parent_id=self.record.parent_id,
             at_entry=self.record.at_entry,
             outcome="none-window",
-            parent_session_id=intent["parent_session_id"],
+            parent_session_id=intent.parent_session_id,
             decided_at=time.time(),
             reason="the parent's anchor message is no longer in Honcho; starting fresh",
         )

@@ -26,7 +26,7 @@ from memhoncho.capture import AGENT, OUTBOX_ID_KEY
 from memhoncho.delivery import forks
 from memhoncho.delivery.fold import Pending, fold, pending_messages
 from memhoncho.deployment import Deployment
-from memhoncho.errors import MemhonchoError
+from memhoncho.errors import HonchoFailure, MemhonchoError
 from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
 from memhoncho.settings import Settings
@@ -77,13 +77,14 @@ def deliver_conversation(
         return _Delivery(deployment, conversation_id, key).run(max_calls)
 
 
-def messages_delivered(deployment: Deployment, conversation_id: str) -> int:
-    """How many messages the ledger says Honcho holds (-1 when it cannot be read): progress."""
+def failures_in_a_row(deployment: Deployment, conversation_id: str) -> int:
+    """Honcho failures the ledger counts since a message was last delivered (0 when it cannot
+    be read): what the task's retry-or-give-up decision counts."""
     try:
         ledger = deployment.store().read_ledger(ids.conversation_key(conversation_id))
     except MemhonchoError:
-        return -1
-    return ledger.messages_delivered if ledger else 0
+        return 0
+    return ledger.failures if ledger else 0
 
 
 class _Delivery:
@@ -250,7 +251,7 @@ class _Delivery:
         )
 
     def _folded(self, delivered: dict[str, str | None]) -> Ledger:
-        return fold(
+        folded = fold(
             self.ledger,
             self.records,
             delivered,
@@ -258,6 +259,9 @@ class _Delivery:
             anchor_window=self.settings.anchor_window,
             now=time.time(),
         )
+        if folded.failures and folded.messages_delivered > self.ledger.messages_delivered:
+            folded = folded.model_copy(update={"failures": 0})  # progress: the count restarts
+        return folded
 
     def _author(self, item: Pending) -> str:
         if item.message.get("role") == AGENT:
@@ -290,8 +294,11 @@ class _Delivery:
         status = getattr(exc, "status", None)
         if status is not None:
             error["status"] = status
+        update: dict[str, Any] = {"last_error": error}
+        if isinstance(exc, HonchoFailure):
+            update["failures"] = self.ledger.failures + 1
         try:
-            self.ledger = self.ledger.model_copy(update={"last_error": error})
+            self.ledger = self.ledger.model_copy(update=update)
             self.store.write_ledger(self.key, self.ledger)
         except (OSError, MemhonchoError):
             log.exception(

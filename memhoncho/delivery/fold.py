@@ -1,6 +1,6 @@
 """How a delivery's outcome folds into the conversation's ledger: pure, no I/O.
 
-The engine (``delivery.py``) knows which outbox message ids Honcho now holds (sent and
+The engine (``engine``) knows which outbox message ids Honcho now holds (sent and
 answered, or found after an unclear send); ``fold`` turns that into the ledger's
 ``delivered_seq``, the partial record, the delivered-batch window, the anchors and counters.
 """
@@ -11,8 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memhoncho.models import Ledger
-from memhoncho.store.outbox import Record
+from memhoncho.models import Ledger, OutboxMessage, Record
 
 
 @dataclass(frozen=True)
@@ -20,7 +19,7 @@ class Pending:
     """One message still to send, with the record it belongs to."""
 
     record: Record
-    message: dict[str, Any]
+    message: OutboxMessage
 
     @property
     def outbox_id(self) -> str:

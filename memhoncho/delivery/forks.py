@@ -4,7 +4,7 @@
 delivery calls ``resolve_pending_fork`` under the child's lock; the sweep calls
 ``resolve_pending_forks`` first. Resolution waits (``ForkWaiting``, bounded by ``fork_wait_s``
 from the record's creation) until the parent has delivered every message at or before the fork
-point, then clones the parent at its anchor (``fork_clone.Clone``) or decides to start fresh.
+point, then clones the parent at its anchor (``clone.Clone``) or decides to start fresh.
 
 Anchors (``Ledger.anchors``) are the parent's delivered messages as (entry id, Honcho message
 id), in delivery order. The clone point is the last message of the longest delivered prefix
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from memhoncho import ids
 from memhoncho.delivery.clone import Clone, reached
@@ -30,7 +30,7 @@ from memhoncho.errors import (
     LockBusy,
     MemhonchoError,
 )
-from memhoncho.models import ForkDecision, Ledger
+from memhoncho.models import ForkDecision, ForkOutcome, Ledger
 from memhoncho.store.base import Store
 from memhoncho.store.forks import ForkRecord
 
@@ -58,9 +58,6 @@ __all__ = [
 
 def pending_fork_keys(store: Store) -> list[str]:
     return store.pending_fork_keys()
-
-
-Outcome = Literal["clone", "none-window", "none-empty", "none-unknown-parent", "none-timeout"]
 
 
 # ---- the host's side --------------------------------------------------------------------
@@ -123,7 +120,7 @@ class ParentView:
 class ForkPlan:
     """Wait (``outcome`` None), clone at ``anchor``, or start fresh; ``reason`` says why."""
 
-    outcome: Outcome | None
+    outcome: ForkOutcome | None
     reason: str
     anchor: tuple[int, str] | None = None
 

@@ -2,7 +2,7 @@
 
 Operations take a client plus plain values and return plain values (dicts, strings, lists),
 so no other module touches SDK types. Every failure leaves as a memhoncho error
-(``honcho_retry.translate``); ``classify`` turns it into a retry decision.
+(``retry.translate``); ``classify`` turns it into a retry decision.
 """
 
 from __future__ import annotations

@@ -13,14 +13,14 @@ from typing import Any
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeout
 
-from memhoncho import ids
+from memhoncho import ids, routing
 from memhoncho.deployment import Deployment
 from memhoncho.errors import HonchoFailure, HonchoTimeout, HonchoUnavailable
 from memhoncho.recall import tools
 
 log = logging.getLogger(__name__)
 
-RECALL_TASK = "memhoncho.recall"  # routed to routing.RECALL_QUEUE, never behind deliveries
+RECALL_TASK = routing.RECALL_TASK  # routed to routing.RECALL_QUEUE, never behind deliveries
 QUEUE_MARGIN_S = 5.0  # seconds, on top of the tool's timeout, for the trip through the broker
 RESULT_POLL_S = 0.05  # seconds between result checks where the backend is polled
 

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from memhoncho.status.health import VERDICTS as HEALTH_VERDICTS
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 METRIC_PREFIX = "memhoncho_"
 
@@ -23,9 +29,27 @@ def _fig(value: Any) -> str:
     return "unknown" if value is None else str(value)
 
 
-def table(view: dict[str, Any]) -> str:
-    """Rows of ``section  field  value``, degraded buckets with their reasons."""
-    rows: list[tuple[str, str, str]] = [("status", "state", view.get("state", "?"))]
+def _age(outbox: dict[str, Any]) -> str:
+    age = outbox.get("oldest_pending_age_s")
+    if age is None:
+        return "unknown"
+    return (
+        f"{age} (nothing pending)" if age == 0 and outbox.get("pending_batches") == 0 else str(age)
+    )
+
+
+HEALTH_STYLES = {"healthy": "green", "degraded": "yellow", "stalled": "red", "failing": "bold red"}
+TABLE_WIDTH = 120  # columns of the table when it is not drawn on a terminal
+
+
+def rows(view: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """``(section, field, value)``: the health verdict and its reasons first, then every figure,
+    then the reasons of the buckets that could not be read."""
+    health = view.get("health") or {}
+    rows: list[tuple[str, str, str]] = [("health", "verdict", health.get("verdict", "unknown"))]
+    for reason in health.get("reasons") or []:
+        rows.append(("health", "reason", str(reason)))
+    rows.append(("status", "sources", view.get("sources", "?")))
     config = view.get("config", {})
     for name in ("configured", "honcho_host", "workspace", "broker", "partitions"):
         rows.append(("config", name, _fig(config.get(name))))
@@ -34,14 +58,9 @@ def table(view: dict[str, Any]) -> str:
     rows.append(("delivery", "source", _fig(last.get("source"))))
     rows.append(("delivery", "marker", _fig(last.get("marker", {}).get("state"))))
     outbox = view.get("outbox", {})
-    for name in (
-        "conversations",
-        "conversations_pending",
-        "pending_batches",
-        "pending_messages",
-        "oldest_pending_age_s",
-    ):
+    for name in ("conversations", "conversations_pending", "pending_batches", "pending_messages"):
         rows.append(("outbox", name, _fig(outbox.get(name))))
+    rows.append(("outbox", "oldest_pending_age_s", _age(outbox)))
     ledgers = view.get("ledgers", {})
     rows.append(("ledgers", "count", _fig(ledgers.get("count"))))
     rows.append(("ledgers", "honcho_sessions", _fig(ledgers.get("honcho_sessions"))))
@@ -58,6 +77,15 @@ def table(view: dict[str, Any]) -> str:
         rows.append(("queues", "depths", "unknown"))
     tasks = view.get("tasks", {})
     rows.append(("tasks", "live_beats", _fig(tasks.get("live_beats"))))
+    rows.append(("tasks", "live_workers", _fig(tasks.get("live_workers"))))
+    consumers = tasks.get("consumers")
+    if isinstance(consumers, dict):
+        unconsumed = [q for q, n in consumers.items() if not n]
+        if unconsumed and len(unconsumed) == len(consumers):
+            shown = "all (no live worker)"
+        else:
+            shown = ", ".join(unconsumed) or "none"
+        rows.append(("tasks", "unconsumed_queues", shown))
     for name, task in (tasks.get("tasks") or {}).items():
         error = task.get("last_error_code") or task.get("last_error_type") or "-"
         rows.append(
@@ -72,104 +100,227 @@ def table(view: dict[str, Any]) -> str:
         if isinstance(bucket, dict) and bucket.get("state") == "degraded":
             for reason in bucket.get("reasons", []):
                 rows.append((section, "DEGRADED", str(reason)))
-    width0 = max(len(r[0]) for r in rows)
-    width1 = max(len(r[1]) for r in rows)
-    return "\n".join(f"{a:<{width0}}  {b:<{width1}}  {c}" for a, b, c in rows)
+    return rows
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _rich_table(view: dict[str, Any]) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    verdict = (view.get("health") or {}).get("verdict", "unknown")
+    drawn = Table(
+        title=f"memhoncho status: {verdict}",
+        title_style=HEALTH_STYLES.get(verdict, ""),
+        show_header=True,
+        header_style="bold",
+    )
+    for name in ("section", "field", "value"):
+        drawn.add_column(name, overflow="fold")
+    for section, name, value in rows(view):
+        style = ""
+        if section == "health":
+            style = HEALTH_STYLES.get(verdict, "")
+        elif name == "DEGRADED":
+            style = "yellow"
+        drawn.add_row(section, name, Text(value, style=style))
+    return drawn
 
 
-class _Metrics:
-    """Samples grouped by family (the format forbids interleaving families)."""
+def table(view: dict[str, Any], width: int = TABLE_WIDTH) -> str:
+    """The table as plain text (no colour codes), e.g. for a log or a test."""
+    import io
 
-    def __init__(self) -> None:
-        self.families: dict[str, list[str]] = {}
+    from rich.console import Console
 
-    def add(
-        self, name: str, value: Any, help_text: str, kind: str = "gauge", **labels: str
-    ) -> None:
-        if isinstance(value, bool):
-            value = int(value)
-        if not isinstance(value, int | float) or (isinstance(value, float) and math.isnan(value)):
-            return  # unknown: left out, never a zero
-        full = METRIC_PREFIX + name
-        family = self.families.setdefault(
-            full, [f"# HELP {full} {help_text}", f"# TYPE {full} {kind}"]
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None, force_terminal=False).print(_rich_table(view))
+    return out.getvalue().rstrip("\n")
+
+
+def print_table(view: dict[str, Any]) -> None:
+    """The table on stdout, coloured when stdout is a terminal (``memhoncho status``)."""
+    from rich.console import Console
+
+    Console().print(_rich_table(view))
+
+
+def _number(value: Any) -> float | None:
+    """A figure as a sample value; None (left out) when it is not known."""
+    if isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, int | float) or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
+
+
+class ViewCollector:
+    """A prometheus_client collector over one status view (``memhoncho_*`` families)."""
+
+    def __init__(self, view: dict[str, Any]) -> None:
+        self.view = view
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        view = self.view
+
+        def gauge(name: str, help_text: str, value: Any = None, **labels: str) -> Metric | None:
+            family = GaugeMetricFamily(METRIC_PREFIX + name, help_text, labels=sorted(labels))
+            number = _number(value)
+            if number is None:
+                return None  # unknown: left out, never a zero
+            family.add_metric([labels[k] for k in sorted(labels)], number)
+            return family
+
+        def labelled(
+            name: str, help_text: str, samples: list[tuple[dict[str, str], Any]], counter: bool
+        ) -> Metric | None:
+            names = sorted(samples[0][0]) if samples else []
+            kind = CounterMetricFamily if counter else GaugeMetricFamily
+            family = kind(METRIC_PREFIX + name, help_text, labels=names)
+            for labels, value in samples:
+                number = _number(value)
+                if number is not None:
+                    family.add_metric([labels[k] for k in names], number)
+            return family if family.samples else None
+
+        health = view.get("health") or {}
+        found: list[Metric | None] = [
+            gauge("up", "1 while the status server answers", 1),
+            labelled(
+                "health",
+                "1 for the current health verdict (healthy, degraded, stalled, failing), else 0",
+                [
+                    ({"verdict": v}, int(health.get("verdict") == v))
+                    for v in HEALTH_VERDICTS
+                    if health.get("verdict")
+                ],
+                counter=False,
+            ),
+            labelled(
+                "bucket_degraded",
+                "1 when this bucket of the status view could not be read",
+                [
+                    ({"bucket": section}, int(bucket["state"] == "degraded"))
+                    for section, bucket in sorted(view.items())
+                    if isinstance(bucket, dict) and "state" in bucket
+                ],
+                counter=False,
+            ),
+            gauge(
+                "api_key_configured",
+                "1 when a key is set",
+                view.get("config", {}).get("configured"),
+            ),
+            gauge(
+                "last_delivery_timestamp_seconds",
+                "Unix time of the newest delivery to Honcho",
+                view.get("last_delivery", {}).get("at"),
+            ),
+        ]
+        outbox = view.get("outbox", {})
+        for name, help_text in (
+            ("conversations", "conversations in the store"),
+            ("conversations_pending", "conversations with undelivered records"),
+            ("pending_batches", "undelivered outbox records"),
+            ("pending_messages", "undelivered messages"),
+        ):
+            found.append(gauge(name, help_text, outbox.get(name)))
+        found.append(
+            gauge(
+                "oldest_pending_age_seconds",
+                "age of the oldest undelivered record; 0 when nothing is pending",
+                outbox.get("oldest_pending_age_s"),
+            )
         )
-        label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-        family.append(f"{full}{{{label_text}}} {value}" if label_text else f"{full} {value}")
-
-    def text(self) -> str:
-        return "".join(line + "\n" for lines in self.families.values() for line in lines)
+        ledgers = view.get("ledgers", {})
+        tasks = view.get("tasks", {})
+        found += [
+            gauge("ledgers", "conversation ledgers", ledgers.get("count")),
+            gauge(
+                "honcho_sessions",
+                "conversations with a Honcho session",
+                ledgers.get("honcho_sessions"),
+            ),
+            gauge(
+                "dead_letters",
+                "dead-lettered records",
+                view.get("dead_letters", {}).get("records"),
+            ),
+            gauge(
+                "quarantined_lines", "quarantined lines", view.get("quarantine", {}).get("lines")
+            ),
+            gauge(
+                "pending_forks",
+                "fork records not yet resolved",
+                view.get("forks", {}).get("pending"),
+            ),
+            gauge("departures", "departure notices", view.get("departures", {}).get("count")),
+            gauge(
+                "redactions",
+                "secrets redacted at capture",
+                view.get("redactions", {}).get("count"),
+            ),
+            gauge("live_beats", "beat processes with a fresh heartbeat", tasks.get("live_beats")),
+            gauge(
+                "live_workers",
+                "worker processes with a fresh heartbeat",
+                tasks.get("live_workers"),
+            ),
+        ]
+        depths = view.get("queues", {}).get("depths")
+        if isinstance(depths, dict):
+            found.append(
+                labelled(
+                    "queue_depth",
+                    "messages waiting in a broker queue",
+                    [({"queue": q}, d) for q, d in sorted(depths.items())],
+                    counter=False,
+                )
+            )
+        consumers = tasks.get("consumers")
+        if isinstance(consumers, dict):
+            found.append(
+                labelled(
+                    "queue_consumers",
+                    "live workers consuming a broker queue",
+                    [({"queue": q}, n) for q, n in sorted(consumers.items())],
+                    counter=False,
+                )
+            )
+        per_task = sorted((tasks.get("tasks") or {}).items())
+        found += [
+            labelled(
+                "task_consecutive_failures",
+                "failures and retries since the task last succeeded",
+                [({"task": n}, t.get("consecutive_failures")) for n, t in per_task],
+                counter=False,
+            ),
+            labelled(
+                "task_runs",
+                "task runs by outcome",
+                [
+                    ({"task": n, "outcome": outcome}, t.get(outcome))
+                    for n, t in per_task
+                    for outcome in ("started", "succeeded", "failed", "retried")
+                ],
+                counter=True,
+            ),
+            labelled(
+                "task_last_success_timestamp_seconds",
+                "Unix time of the task's last success",
+                [({"task": n}, t.get("last_success_at")) for n, t in per_task],
+                counter=False,
+            ),
+        ]
+        yield from (family for family in found if family is not None)
 
 
 def prometheus(view: dict[str, Any]) -> str:
-    """Prometheus text exposition format 0.0.4 of the view."""
-    m = _Metrics()
-    m.add("up", 1, "1 while the status server answers")
-    for section, bucket in sorted(view.items()):
-        if isinstance(bucket, dict) and "state" in bucket:
-            m.add(
-                "bucket_degraded",
-                int(bucket["state"] == "degraded"),
-                "1 when this bucket of the status view could not be read",
-                bucket=section,
-            )
-    m.add("api_key_configured", view.get("config", {}).get("configured"), "1 when a key is set")
-    m.add(
-        "last_delivery_timestamp_seconds",
-        view.get("last_delivery", {}).get("at"),
-        "Unix time of the newest delivery to Honcho",
-    )
-    outbox = view.get("outbox", {})
-    m.add("conversations", outbox.get("conversations"), "conversations in the store")
-    m.add(
-        "conversations_pending",
-        outbox.get("conversations_pending"),
-        "conversations with undelivered records",
-    )
-    m.add("pending_batches", outbox.get("pending_batches"), "undelivered outbox records")
-    m.add("pending_messages", outbox.get("pending_messages"), "undelivered messages")
-    age = outbox.get("oldest_pending_age_s")
-    if outbox.get("state") == "ok" and age is None and outbox.get("pending_batches") == 0:
-        age = 0
-    m.add("oldest_pending_age_seconds", age, "age of the oldest undelivered record")
-    ledgers = view.get("ledgers", {})
-    m.add("ledgers", ledgers.get("count"), "conversation ledgers")
-    m.add("honcho_sessions", ledgers.get("honcho_sessions"), "conversations with a Honcho session")
-    m.add("dead_letters", view.get("dead_letters", {}).get("records"), "dead-lettered records")
-    m.add("quarantined_lines", view.get("quarantine", {}).get("lines"), "quarantined lines")
-    m.add("pending_forks", view.get("forks", {}).get("pending"), "fork records not yet resolved")
-    m.add("departures", view.get("departures", {}).get("count"), "departure notices")
-    m.add("redactions", view.get("redactions", {}).get("count"), "secrets redacted at capture")
-    depths = view.get("queues", {}).get("depths")
-    if isinstance(depths, dict):
-        for queue, depth in sorted(depths.items()):
-            m.add("queue_depth", depth, "messages waiting in a broker queue", queue=queue)
-    tasks = view.get("tasks", {})
-    m.add("live_beats", tasks.get("live_beats"), "beat processes with a fresh heartbeat")
-    for name, task in sorted((tasks.get("tasks") or {}).items()):
-        m.add(
-            "task_consecutive_failures",
-            task.get("consecutive_failures"),
-            "failures and retries since the task last succeeded",
-            task=name,
-        )
-        for outcome in ("started", "succeeded", "failed", "retried"):
-            m.add(
-                "task_runs_total",
-                task.get(outcome),
-                "task runs by outcome",
-                "counter",
-                task=name,
-                outcome=outcome,
-            )
-        m.add(
-            "task_last_success_timestamp_seconds",
-            task.get("last_success_at"),
-            "Unix time of the task's last success",
-            task=name,
-        )
-    return m.text()
+    """The view and this process's metrics in the Prometheus text format (prometheus_client)."""
+    from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ViewCollector(view))
+    ProcessCollector(registry=registry)
+    return generate_latest(registry).decode()

@@ -2,7 +2,9 @@
 
 ``status_view(deployment)`` never raises and never shows a silent zero: a bucket whose files or
 server cannot be read says ``"state": "degraded"`` with its reasons, and a figure that is not
-known is ``None``. It stays cheap (the store census is cached by file stat).
+known is ``None``. ``sources`` says whether every source could be read; ``health`` is the
+verdict on delivery itself (``memhoncho.status.health``). It stays cheap (the store census is
+cached by file stat).
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from memhoncho import routing
+from memhoncho import results, routing
 from memhoncho.deployment import Deployment
-from memhoncho.results import store as results
 from memhoncho.settings import Settings
-from memhoncho.status import render
+from memhoncho.status import health, render
 from memhoncho.status.census import Census
 
 BROKER_TIMEOUT_S = 0.5  # seconds; a broker that is down answers "degraded", not a hang
@@ -58,18 +59,21 @@ def honcho_host(base_url: str) -> str:
 def broker_kind(current: Settings) -> str:
     if not current.broker_url:
         return "embedded"
-    return "redis" if results.is_redis(current.broker_url) else "other"
+    return "redis" if routing.is_redis(current.broker_url) else "other"
 
 
 def config_summary(deployment: Deployment, current: Settings) -> dict[str, Any]:
-    return {
-        "state": OK,
-        "configured": deployment.api_key() is not None,
-        "honcho_host": honcho_host(current.base_url),
-        "workspace": current.workspace_id,
-        "broker": broker_kind(current),
-        "partitions": current.partitions,
-    }
+    """What is configured; a settings or secrets file that cannot be read degrades it."""
+    from memhoncho import settings as settings_module
+
+    return _bucket(
+        settings_module.problems(deployment.config_dir),
+        configured=deployment.api_key() is not None,
+        honcho_host=honcho_host(current.base_url),
+        workspace=current.workspace_id,
+        broker=broker_kind(current),
+        partitions=current.partitions,
+    )
 
 
 # ---- last delivery -----------------------------------------------------------------------
@@ -123,16 +127,27 @@ def outbox_bucket(census: Census, now: float) -> dict[str, Any]:
             f"{census.upper_bound_conversations} conversation(s) have a corrupt ledger: "
             "their pending figures are upper bounds"
         )
-    oldest = census.oldest_pending_at
     return _bucket(
         errors,
         conversations=census.conversations,
         conversations_pending=census.conversations_pending,
         pending_batches=census.pending_batches,
         pending_messages=census.pending_messages,
-        oldest_pending_age_s=round(max(0.0, now - oldest), 3) if oldest else None,
+        oldest_pending_age_s=oldest_pending_age(census, now),
         corrupt_lines_awaiting_quarantine=census.corrupt_outbox_lines,
     )
+
+
+def oldest_pending_age(census: Census, now: float) -> float | None:
+    """Seconds the oldest undelivered record has waited: 0 when nothing is pending (a known
+    figure), None only when it is not known (an outbox could not be read, so something may be
+    pending unseen)."""
+    oldest = census.oldest_pending_at
+    if oldest is not None:
+        return round(max(0.0, now - oldest), 3)
+    if census.pending_batches == 0 and not census.outbox_errors:
+        return 0.0
+    return None
 
 
 def forks_bucket(deployment: Deployment) -> dict[str, Any]:
@@ -232,12 +247,20 @@ def tasks_bucket(deployment: Deployment, current: Settings, now: float) -> dict[
         store = results.store_for(current.broker_url, deployment.data_dir)
         found = store.all()
         beats = store.live_beats(now)
+        workers = store.live_workers(now)
     except Exception as exc:
         return _bucket([f"task results unreadable ({type(exc).__name__})"], tasks=None)
+    consumers = dict.fromkeys(queue_names(current), 0)
+    for queues in workers.values():
+        for queue in queues:
+            if queue in consumers:
+                consumers[queue] += 1
     return _bucket(
         [],
         tasks={name: result.as_dict() for name, result in found.items()},
         live_beats=len(beats),
+        live_workers=len(workers),
+        consumers=consumers,
     )
 
 
@@ -256,7 +279,13 @@ class StatusReader:
         try:
             current = deployment.settings()
         except Exception as exc:
-            return {"state": DEGRADED, "degraded": ["config"], "reasons": [type(exc).__name__]}
+            reason = f"settings unreadable ({type(exc).__name__})"
+            return {
+                "health": {"verdict": health.DEGRADED, "reasons": [reason]},
+                "sources": DEGRADED,
+                "degraded": ["config"],
+                "reasons": [reason],
+            }
         census_error = ""
         try:
             # The store keeps its census cache (the file store's by file stat), so repeated
@@ -290,9 +319,10 @@ class StatusReader:
         degraded = sorted(
             name for name, b in view.items() if isinstance(b, dict) and b.get("state") == DEGRADED
         )
-        view["state"] = DEGRADED if degraded else OK
+        view["sources"] = DEGRADED if degraded else OK  # could every source be read
         view["degraded"] = degraded
-        return view
+        view["health"] = health.verdict(view, current)
+        return {"health": view.pop("health"), **view}  # the verdict first, as the table shows it
 
 
 def status_view(deployment: Deployment) -> dict[str, Any]:

@@ -26,13 +26,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memhoncho.models import ForkDecision, Ledger
+from memhoncho.models import ForkDecision, Ledger, Record
 
 if TYPE_CHECKING:
     from memhoncho.status.census import Census
     from memhoncho.store.forks import ForkRecord
 
-Record = dict[str, Any]
+__all__ = ["Appended", "Record", "Store", "SweepListing"]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import cast
 
 from memhoncho.store.atomic import append_durably, fsync_dir, write_bytes
 from memhoncho.store.layout import Layout
@@ -77,10 +77,11 @@ def dead_keys(layout: Layout) -> list[str]:
         return []
 
 
-def revived(record: Record, now: float) -> dict[str, Any]:
+def revived(record: Record, now: float) -> Record:
     """The record as it goes back into the outbox: no seq, no dead fields, ``replayed_at``."""
     drop = (*DEAD_FIELDS, *OUTBOX_ONLY_FIELDS)
-    return {**{k: v for k, v in record.items() if k not in drop}, "replayed_at": now}
+    kept = cast(Record, {k: v for k, v in record.items() if k not in drop})
+    return {**kept, "replayed_at": now}
 
 
 def _quarantine(layout: Layout, key: str, raws: list[bytes]) -> None:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from memhoncho.errors import CorruptFile
+from memhoncho.models import Record
 from memhoncho.store.files import FileStore
 from memhoncho.store.postgres import PostgresStore
 
@@ -85,7 +86,7 @@ def _copy_conversation(
     target: PostgresStore,
     key: str,
     ledger: Any,
-    pending: list[dict[str, Any]],
+    pending: list[Record],
     report: MigrationReport,
 ) -> None:
     """One transaction per conversation: its clock, its ledger (unless present), its records."""
@@ -154,7 +155,7 @@ def _copy_decisions(source: FileStore, target: PostgresStore, report: MigrationR
         report.decisions_copied += 1
 
 
-def _copy_dead(target: PostgresStore, key: str, records: list[dict[str, Any]]) -> int:
+def _copy_dead(target: PostgresStore, key: str, records: list[Record]) -> int:
     copied = 0
     with target.connection() as conn, conn.transaction():
         present = {

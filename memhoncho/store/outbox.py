@@ -21,22 +21,21 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from memhoncho.errors import CaptureTooLarge, OutboxCapacity, RunConflict, StoreError
+from memhoncho.models import Record
 from memhoncho.store.atomic import append_durably, fsync_dir, write_bytes
 from memhoncho.store.layout import Layout
 from memhoncho.store.locks import file_lock
 
 log = logging.getLogger(__name__)
 
-Record = dict[str, Any]
 
-
-def encode_line(record: Record) -> bytes:
+def encode_line(record: Mapping[str, object]) -> bytes:
     """One outbox line: checksum, space, compact JSON, newline."""
     payload = json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     return b"%08x %s\n" % (zlib.crc32(payload), payload)
@@ -59,7 +58,7 @@ def decode_line(line: bytes) -> Record | None:
         return None
     if not isinstance(record, dict) or not isinstance(record.get("seq"), int):
         return None
-    return record
+    return cast(Record, record)
 
 
 @dataclass
@@ -268,7 +267,7 @@ class Outbox:
                             limit=max_pending,
                         )
                 seq = max(tail.last_seq + 1, floor + 1, seq_guess)
-                stored = {**record, "seq": seq}
+                stored: Record = {**record, "seq": seq}
                 if seq != seq_guess:  # the clock went back, or two appends in one microsecond
                     line = encode_line(stored)
                     if max_bytes is not None and len(line) > max_bytes:

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
 
@@ -99,7 +99,7 @@ PENDING_EDGE_SQL = "SELECT seq, record FROM memhoncho_outbox WHERE key = %s ORDE
 
 
 def _record(seq: int, record: dict[str, Any]) -> Record:
-    return {**record, "seq": seq}
+    return cast(Record, {**record, "seq": seq})  # jsonb as the capture stored it
 
 
 class PostgresStore(Store):

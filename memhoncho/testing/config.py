@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memhoncho.settings import API_KEY_SECTION, SECRETS_FILE, SETTINGS_FILE
+
+if TYPE_CHECKING:
+    from memhoncho.testing.standin import HonchoStandIn
 
 
 def write_settings(config_dir: Path, **values: Any) -> Path:
@@ -23,3 +26,14 @@ def write_api_key(config_dir: Path, key: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({API_KEY_SECTION: key}), encoding="utf-8")
     return path
+
+
+def point_at_standin(
+    config_dir: Path, standin: HonchoStandIn, workspace_id: str, api_key: str, **values: Any
+) -> dict[str, Any]:
+    """Settings that send to ``standin``'s ``workspace_id`` (plus ``values``), and the key.
+    Returns the settings written."""
+    settings: dict[str, Any] = {"base_url": standin.url, "workspace_id": workspace_id, **values}
+    write_settings(config_dir, **settings)
+    write_api_key(config_dir, api_key)
+    return settings

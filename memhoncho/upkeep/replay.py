@@ -45,13 +45,18 @@ def replay(
     deployment: Deployment,
     conversation_id: str | None = None,
     enqueue: Callable[[str], bool] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ReplayReport:
-    """Move dead letters (all, or one conversation's) back into the outbox; then enqueue."""
+    """Move dead letters (all, or one conversation's) back into the outbox; then enqueue.
+
+    ``progress(done, total)`` is called after each conversation (``memhoncho replay``).
+    """
     store = deployment.store()
     keys = [ids.conversation_key(conversation_id)] if conversation_id is not None else None
     report = ReplayReport()
     max_pending = deployment.settings().max_pending_batches
-    for key in keys if keys is not None else store.dead_keys():
+    keys = keys if keys is not None else store.dead_keys()
+    for count, key in enumerate(keys, 1):
         done = _replay_one(store, key, max_pending)
         if done.replayed and enqueue is not None and done.conversation_id is not None:
             try:
@@ -62,6 +67,8 @@ def replay(
         report.replayed += done.replayed
         report.already_present += done.already_present
         report.left += done.left
+        if progress is not None:
+            progress(count, len(keys))
     return report
 
 

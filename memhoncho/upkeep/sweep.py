@@ -38,6 +38,7 @@ from memhoncho.store.base import Record, Store
 log = logging.getLogger(__name__)
 
 DAY_S = 86_400.0  # seconds in a day
+PROGRESS_EVERY = 64  # conversations between progress calls: a bar costs nothing per unchanged one
 NOT_ENQUEUED = "ERR_NOT_ENQUEUED"  # the delivery hint could not be published
 UNEXPECTED = "ERR_UNEXPECTED"  # an exception outside memhoncho's error tree
 RETENTION_REASON = "retention"
@@ -101,8 +102,17 @@ class SweepReport(BaseModel):
         )
 
 
-def sweep(deployment: Deployment, enqueue: Enqueue, *, now: float | None = None) -> SweepReport:
-    """Resolve forks, re-drive pending deliveries, compact; never raises for one conversation."""
+def sweep(
+    deployment: Deployment,
+    enqueue: Enqueue,
+    *,
+    now: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SweepReport:
+    """Resolve forks, re-drive pending deliveries, compact; never raises for one conversation.
+
+    ``progress(done, total)`` is called as conversations are looked at (``memhoncho sweep``).
+    """
     started = time.monotonic()
     now = time.time() if now is None else now
     report = SweepReport(started_at=now)
@@ -119,7 +129,9 @@ def sweep(deployment: Deployment, enqueue: Enqueue, *, now: float | None = None)
     report.listed = listing.listed
     clean: set[str] = set()
     looked_clean = 0  # counted here: a pydantic field assignment costs more
-    for key in listing.keys:
+    for done, key in enumerate(listing.keys):
+        if progress is not None and done % PROGRESS_EVERY == 0:
+            progress(listing.unchanged + done, report.listed)
         try:
             swept = _sweep_one(deployment, store, key, enqueue, report, now, retention_s)
         except Exception as exc:  # one conversation never stops the sweep
@@ -140,6 +152,8 @@ def sweep(deployment: Deployment, enqueue: Enqueue, *, now: float | None = None)
         report.conversations.append(swept)
         _add_up(report, swept)
     report.unchanged, report.clean = listing.unchanged, looked_clean
+    if progress is not None:
+        progress(report.listed, report.listed)
     try:
         listing.remember_clean(clean)
     except (OSError, MemhonchoError) as exc:

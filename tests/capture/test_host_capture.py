@@ -70,12 +70,6 @@ def _records(data_dir: Path, conversation: str = "c-42") -> list[dict[str, Any]]
     return Outbox(Layout(data_dir)).read(ids.conversation_key(conversation)).records
 
 
-@pytest.fixture
-def host(config_dir: Path, data_dir: Path) -> Any:
-    with Host(config_dir=config_dir, data_dir=data_dir) as instance:
-        yield instance
-
-
 # ---- statuses ----------------------------------------------------------------------------
 
 

@@ -5,7 +5,6 @@ Every test runs on both stores (the ``store_url`` fixture): the files and Postgr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 from memhoncho import ids
 from memhoncho.capture import OUTBOX_ID_KEY
 from memhoncho.delivery import forks
-from memhoncho.delivery.engine import DeliveryState, deliver_conversation
+from memhoncho.delivery.engine import DeliveryState, deliver_conversation, failures_in_a_row
 from memhoncho.deployment import Deployment
 from memhoncho.errors import (
     HonchoRateLimited,
@@ -29,7 +28,7 @@ from memhoncho.host import Host
 from memhoncho.models import Ledger
 from memhoncho.store.forks import ForkRecord
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.config import point_at_standin, write_settings
 from memhoncho.testing.runs import expected_texts, run_event
 
 KEY = "sk-delivery-test-key"
@@ -39,35 +38,21 @@ FAST_TIMEOUT_S = 0.5  # seconds: the client's Honcho timeout where a timeout fau
 FAULT_SLEEP_S = 1.0  # seconds a timeout fault holds the request: past FAST_TIMEOUT_S
 
 
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(api_key=KEY) as running:
-        yield running
+pytestmark = pytest.mark.standin(api_key=KEY)
 
 
 @pytest.fixture
-def deployment(
-    config_dir: Path,
-    data_dir: Path,
-    standin: HonchoStandIn,
-    workspace_id: str,
-    store_url: str | None,
-) -> Deployment:
-    write_settings(
+def settings(
+    config_dir: Path, standin: HonchoStandIn, workspace_id: str, store_url: str | None
+) -> dict[str, Any]:
+    return point_at_standin(
         config_dir,
-        base_url=standin.url,
-        workspace_id=workspace_id,
+        standin,
+        workspace_id,
+        KEY,
         honcho_timeout_s=FAST_TIMEOUT_S,
         store_url=store_url,
     )
-    write_api_key(config_dir, KEY)
-    return Deployment(config_dir, data_dir)
-
-
-@pytest.fixture
-def host(deployment: Deployment) -> Iterator[Host]:
-    with Host(deployment.config_dir, deployment.data_dir) as running:
-        yield running
 
 
 def capture(host: Host, runs: range, conversation: str = CONVERSATION, **options: Any) -> None:
@@ -304,6 +289,23 @@ def test_a_server_error_keeps_the_mark_and_the_retry_sends_each_message_once(
     assert len(ledger(deployment).in_flight) == 4
     deliver_conversation(deployment, CONVERSATION)
 
+    assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 2)
+
+
+def test_the_ledger_counts_honcho_failures_in_a_row_until_a_message_is_delivered(
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
+) -> None:
+    capture(host, range(2))
+    standin.faults.add("http_503", path_contains="/messages", count=3)
+
+    for expected in (1, 2, 3):
+        with pytest.raises(HonchoUnavailable):
+            deliver_conversation(deployment, CONVERSATION)
+        assert failures_in_a_row(deployment, CONVERSATION) == expected
+    deliver_conversation(deployment, CONVERSATION)
+
+    assert failures_in_a_row(deployment, CONVERSATION) == 0
+    assert ledger(deployment).failures == 0
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 2)
 
 

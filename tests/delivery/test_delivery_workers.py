@@ -26,12 +26,10 @@ from memhoncho.deployment import Deployment
 from memhoncho.host import Host
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.runs import expected_texts, run_event
 from memhoncho.upkeep.sweep import sweep
-
-pytestmark = pytest.mark.slow
 
 KEY = "sk-delivery-workers-key"
 OWNER = "ana@example.com"
@@ -41,33 +39,16 @@ SETTLE_TIMEOUT_S = 240.0  # seconds the workers get to deliver everything
 #: (pool, concurrency) of the workers of the mixed fleet: 4 processes, 3 pool shapes
 MIXED_FLEET = (("prefork", 1), ("prefork", 1), ("prefork", 2), ("threads", 2))
 KILLABLE_FLEET = (("prefork", 2), ("prefork", 2), ("prefork", 1), ("threads", 2))
-
-
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(api_key=KEY) as running:
-        yield running
+pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=KEY)]
 
 
 @pytest.fixture
 def settings(
     config_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
 ) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "base_url": standin.url,
-        "workspace_id": workspace_id,
-        "broker_url": redis_url,
-        "honcho_timeout_s": 1.0,
-    }
-    write_settings(config_dir, **values)
-    write_api_key(config_dir, KEY)
-    return values
-
-
-@pytest.fixture
-def host(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Iterator[Host]:
-    with Host(config_dir, data_dir) as running:
-        yield running
+    return point_at_standin(
+        config_dir, standin, workspace_id, KEY, broker_url=redis_url, honcho_timeout_s=1.0
+    )
 
 
 @contextlib.contextmanager

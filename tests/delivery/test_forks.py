@@ -30,31 +30,26 @@ CHILD = "chat-child"
 
 
 @pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn() as running:
-        yield running
+def settings(store_url: str | None) -> dict[str, Any]:
+    """The plugin's ``deployment`` runs on both stores (``store_url`` names the database in
+    the environment, so a settings file this module writes keeps it)."""
+    return {}
 
 
 @pytest.fixture
 def env(
     standin: HonchoStandIn,
     workspace_id: str,
-    config_dir: Path,
-    data_dir: Path,
+    deployment: Deployment,
+    host: Host,  # no API key: capture publishes nothing
     monkeypatch: pytest.MonkeyPatch,
-    store_url: str | None,
 ) -> Iterator[dict[str, Any]]:
     monkeypatch.setenv("MEMHONCHO_BASE_URL", standin.url)
     monkeypatch.setenv("MEMHONCHO_WORKSPACE_ID", workspace_id)
-    if store_url is not None:
-        monkeypatch.setenv("MEMHONCHO_STORE_URL", store_url)
-    deployment = Deployment(config_dir, data_dir)
-    host = Host(config_dir, data_dir)  # no API key: capture publishes nothing
     client = adapter.write_client(
         adapter.HonchoTarget(base_url=standin.url, api_key="k", workspace_id=workspace_id)
     )
     yield {"deployment": deployment, "host": host, "client": client, "ws": workspace_id}
-    host.close()
     adapter.close_clients()
 
 

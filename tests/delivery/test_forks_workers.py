@@ -6,7 +6,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from memhoncho.store.forks import clone_marker_path
 from memhoncho.store.ledger import read_ledger
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key
+from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 
 pytestmark = pytest.mark.slow
@@ -48,35 +48,18 @@ PARENT_TEXTS = ["p-u1", "p-a2", "p-u3", "p-a4", "p-u5", "p-a6"]
 
 
 @pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn() as running:
-        yield running
-
-
-@pytest.fixture
-def deployment(
-    config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
-) -> Deployment:
-    (config_dir / "settings").mkdir(parents=True, exist_ok=True)
-    (config_dir / "settings" / "memhoncho.json").write_text(
-        json.dumps(
-            {
-                "base_url": standin.url,
-                "workspace_id": workspace_id,
-                "broker_url": redis_url,
-                "honcho_timeout_s": HONCHO_TIMEOUT_S,
-                "anchor_window": 10,
-            }
-        )
+def settings(
+    config_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
+) -> dict[str, Any]:
+    return point_at_standin(
+        config_dir,
+        standin,
+        workspace_id,
+        API_KEY,
+        broker_url=redis_url,
+        honcho_timeout_s=HONCHO_TIMEOUT_S,
+        anchor_window=10,
     )
-    write_api_key(config_dir, API_KEY)
-    return Deployment(config_dir, data_dir)
-
-
-@pytest.fixture
-def host(deployment: Deployment) -> Iterator[Host]:
-    with Host(deployment.config_dir, deployment.data_dir) as running:
-        yield running
 
 
 def _worker(deployment: Deployment, standin: HonchoStandIn, **options: Any) -> CeleryProcess:

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from memhoncho import cli, settings
+from memhoncho import cli, results, settings
 from memhoncho.deployment import Deployment
 from memhoncho.example_host import main as example_host
-from memhoncho.results import store as results
 from memhoncho.status.http import StatusServer, status_token
 
 TOKEN = "status-token-from-a-file"

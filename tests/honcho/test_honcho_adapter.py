@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Iterator
 
 import httpx
 import pydantic
@@ -32,12 +31,6 @@ SECRET_KEY = "sk-memhoncho-test-SECRET-9f8e7d"
 SECRET_CONTENT = "my bank PIN is 4321 "
 FAST_TIMEOUT_S = 0.3  # seconds
 FAULT_SLEEP_S = 0.6  # seconds, past FAST_TIMEOUT_S
-
-
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn() as running:
-        yield running
 
 
 @pytest.fixture

@@ -39,12 +39,6 @@ def _close_clients() -> Iterator[None]:
         _clients.pop()._http.close()
 
 
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn() as running:
-        yield running
-
-
 def sdk(standin: HonchoStandIn, workspace_id: str, api_key: str = "k", **options: object) -> Honcho:
     options.setdefault("max_retries", 0)
     client = Honcho(base_url=standin.url, api_key=api_key, workspace_id=workspace_id, **options)  # type: ignore[arg-type]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +25,6 @@ OWNER = "ana@example.com"
 AGENT = "agent"
 
 
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn() as server:
-        yield server
-    adapter.close_clients()
-
-
 def _configure(config_dir: Path, **settings: Any) -> None:
     (config_dir / "settings").mkdir(parents=True, exist_ok=True)
     (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(settings))
@@ -40,11 +32,10 @@ def _configure(config_dir: Path, **settings: Any) -> None:
 
 
 @pytest.fixture
-def deployment(
-    config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str
-) -> Deployment:
-    _configure(config_dir, base_url=standin.url, workspace_id=workspace_id)
-    return Deployment(config_dir, data_dir)
+def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dict[str, Any]:
+    values: dict[str, Any] = {"base_url": standin.url, "workspace_id": workspace_id}
+    _configure(config_dir, **values)
+    return values
 
 
 def _delivered_conversation(deployment: Deployment, *, delivered_at: float | None = None) -> str:

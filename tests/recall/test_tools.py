@@ -24,7 +24,7 @@ from memhoncho.errors import (
 from memhoncho.host import Host
 from memhoncho.recall import tools
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.config import point_at_standin, write_settings
 from memhoncho.testing.seed import seed_conversation
 from memhoncho.testing.standin_state import ApiError
 
@@ -33,31 +33,12 @@ ANA = "ana@example.com"
 BOB = "bob@example.com"
 FAST_TIMEOUT_S = 0.4  # seconds: the tools' timeout in the timeout tests
 FAULT_SLEEP_S = 1.2  # seconds a timeout fault holds a request: past FAST_TIMEOUT_S
-
-
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(llm=True, api_key=SECRET_KEY) as running:
-        yield running
+pytestmark = pytest.mark.standin(llm=True, api_key=SECRET_KEY)
 
 
 @pytest.fixture
 def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dict[str, Any]:
-    values: dict[str, Any] = {"base_url": standin.url, "workspace_id": workspace_id}
-    write_settings(config_dir, **values)
-    write_api_key(config_dir, SECRET_KEY)
-    return values
-
-
-@pytest.fixture
-def deployment(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Deployment:
-    return Deployment(config_dir, data_dir)
-
-
-@pytest.fixture
-def host(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Iterator[Host]:
-    with Host(config_dir, data_dir) as running:
-        yield running
+    return point_at_standin(config_dir, standin, workspace_id, SECRET_KEY)
 
 
 def assert_names_memhoncho_not_the_key(exc: MemhonchoError) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,11 +24,9 @@ from memhoncho.errors import (
 from memhoncho.host import Host
 from memhoncho.recall import remote, tools
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.config import point_at_standin, write_api_key, write_settings
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.seed import seed_conversation
-
-pytestmark = pytest.mark.slow
 
 SECRET_KEY = "sk-memhoncho-recall-SECRET-77aa11"
 ANA = "ana@example.com"
@@ -38,45 +36,20 @@ FAULT_SLEEP_S = 1.5  # seconds a timeout fault holds a request: past FAST_TIMEOU
 BACKED_UP_DELIVERIES = 50  # delivery hints waiting, unconsumed, while recall runs
 CONCURRENT_USERS = 6  # host threads calling recall at once, one user each
 CONCURRENT_CALLS = 36  # recalls in all, spread over those users
-
-
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(llm=True, api_key=SECRET_KEY) as running:
-        yield running
+pytestmark = [pytest.mark.slow, pytest.mark.standin(llm=True, api_key=SECRET_KEY)]
 
 
 @pytest.fixture
 def settings(
     config_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
 ) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "base_url": standin.url,
-        "workspace_id": workspace_id,
-        "broker_url": redis_url,
-    }
-    write_settings(config_dir, **values)
-    write_api_key(config_dir, SECRET_KEY)
-    return values
+    return point_at_standin(config_dir, standin, workspace_id, SECRET_KEY, broker_url=redis_url)
 
 
 @pytest.fixture
-def deployment(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Deployment:
-    return Deployment(config_dir, data_dir)
-
-
-@pytest.fixture
-def host(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Iterator[Host]:
-    with Host(config_dir, data_dir) as running:
-        yield running
-
-
-@pytest.fixture
-def recall_worker(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Iterator[None]:
+def recall_worker(celery_process: Callable[..., CeleryProcess]) -> None:
     """A worker consuming ONLY memhoncho.recall: no delivery can ever be ahead of a recall."""
-    env = memhoncho_env(config_dir=config_dir, data_dir=data_dir, api_key=None)
-    with CeleryProcess("worker", env, queues=[routing.RECALL_QUEUE], concurrency=1):
-        yield
+    celery_process("worker", queues=[routing.RECALL_QUEUE], concurrency=1)
 
 
 def call(host: Host, name: str, arguments: Any, owner: str | None) -> dict[str, Any]:

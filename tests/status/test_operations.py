@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,11 @@ import pytest
 from memhoncho import cli, doctor, routing
 from memhoncho.deployment import Deployment
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key
+from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 
 KEY = "sk-operations-test-key"
+pytestmark = pytest.mark.standin(api_key=KEY)
 WAIT_S = 60.0  # generous: only a hang fails
 
 
@@ -56,12 +56,6 @@ def test_doctor_fails_a_broken_setup_and_says_what_to_do(
 
 
 @pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(api_key=KEY) as running:
-        yield running
-
-
-@pytest.fixture
 def live(
     config_dir: Path,
     data_dir: Path,
@@ -69,8 +63,7 @@ def live(
     standin: HonchoStandIn,
     workspace_id: str,
 ) -> dict[str, str]:
-    _settings(config_dir, broker_url=redis_url, base_url=standin.url, workspace_id=workspace_id)
-    write_api_key(config_dir, KEY)
+    point_at_standin(config_dir, standin, workspace_id, KEY, broker_url=redis_url)
     return memhoncho_env(
         config_dir=config_dir,
         data_dir=data_dir,

@@ -11,9 +11,12 @@ from typing import Any
 import fakeredis
 import pytest
 
+from memhoncho import results
 from memhoncho.errors import HonchoUnavailable
-from memhoncho.results import store as results
-from memhoncho.results.store import ErrorSummary, FileResults, RedisResults, ResultsStore
+from memhoncho.results import ErrorSummary, ResultsStore
+from memhoncho.results.file_store import FileResults
+from memhoncho.results.redis_store import RedisResults
+from memhoncho.results.signals import Recorder
 
 SECRET_TEXT = "my knee hurts sk-live-SECRET"
 
@@ -116,7 +119,7 @@ class _App:
 def test_the_signal_handlers_record_only_memhoncho_tasks_and_never_raise(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    recorder = results._Recorder(_App(data_dir))
+    recorder = Recorder(_App(data_dir))
     recorder.prerun(sender=_Task("memhoncho.deliver"))
     recorder.retry(sender=_Task("memhoncho.deliver"), reason=HonchoUnavailable())
     recorder.failure(sender=_Task("memhoncho.deliver"), exception=RuntimeError(SECRET_TEXT))
@@ -138,7 +141,7 @@ def test_the_celery_app_connects_the_recorder() -> None:
 
     from memhoncho.celery_app import app
 
-    assert isinstance(app.memhoncho_results, results._Recorder)
+    assert isinstance(app.memhoncho_results, Recorder)
     receivers = [r[0][0] for r in signals.task_prerun.receivers]
     assert "memhoncho.results.prerun" in receivers
 
@@ -160,7 +163,7 @@ def test_a_retry_is_blamed_on_the_error_being_handled_and_lock_contention_is_not
 
     from memhoncho.errors import ForkWaiting
 
-    recorder = results._Recorder(_App(data_dir))
+    recorder = Recorder(_App(data_dir))
     task = _Task("memhoncho.deliver")
     try:
         try:
@@ -178,7 +181,7 @@ def test_a_retry_is_blamed_on_the_error_being_handled_and_lock_contention_is_not
 def test_a_task_that_gave_up_is_recorded_as_a_failure_not_a_success(data_dir: Path) -> None:
     from memhoncho.errors import MissingApiKey
 
-    recorder = results._Recorder(_App(data_dir))
+    recorder = Recorder(_App(data_dir))
     task = _BoundTask("memhoncho.deliver")
     results.gave_up(task, MissingApiKey())
     recorder.success(sender=task)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import threading
 import urllib.error
 import urllib.request
@@ -68,33 +67,19 @@ def test_the_status_path_answers_the_view_as_json(server: StatusServer) -> None:
     assert "sk-KEY" not in body.decode() and TOKEN not in body.decode()
 
 
-SAMPLE = re.compile(
-    r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?P<labels>[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"'
-    r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*")*)?\})? (?P<value>[-+]?(\d+(\.\d*)?|\.\d+)'
-    r"([eE][-+]?\d+)?|[-+]?Inf|NaN)$"
-)
-
-
 def _parse_prometheus(text: str) -> dict[str, dict[str, float]]:
-    """A strict reader of text format 0.0.4: HELP/TYPE before samples, families not interleaved."""
+    """``{sample name: {label text: value}}`` through prometheus_client's own strict parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     assert text.endswith("\n")
-    families: dict[str, dict[str, float]] = {}
-    current = None
-    for line in text.splitlines():
-        if line.startswith("# HELP "):
-            name = line.split(" ", 3)[2]
-            assert name not in families, f"family {name} interleaved or repeated"
-            families[name] = {}
-            current = name
-        elif line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ")
-            assert name == current and kind in ("gauge", "counter")
-        else:
-            match = SAMPLE.match(line)
-            assert match, f"not a sample line: {line!r}"
-            assert match["name"] == current, f"{match['name']} outside its family"
-            families[current][match["labels"] or ""] = float(match["value"])
-    return families
+    samples: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        assert family.type in ("gauge", "counter"), family
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            assert labels not in samples.setdefault(sample.name, {}), f"repeated {sample}"
+            samples[sample.name][labels] = sample.value
+    return samples
 
 
 def test_metrics_are_prometheus_text_that_parses(server: StatusServer, data_dir: Path) -> None:
@@ -108,6 +93,10 @@ def test_metrics_are_prometheus_text_that_parses(server: StatusServer, data_dir:
     assert families["memhoncho_pending_batches"] == {"": 0.0}
     assert families["memhoncho_last_delivery_timestamp_seconds"] == {"": 1234.5}
     assert families["memhoncho_bucket_degraded"]['bucket="outbox"'] == 0.0
+    assert families["memhoncho_oldest_pending_age_seconds"] == {"": 0.0}  # nothing pending
+    assert families["memhoncho_health"]['verdict="degraded"'] == 1.0  # no beat, no worker
+    assert families["memhoncho_health"]['verdict="healthy"'] == 0.0
+    assert families["process_resident_memory_bytes"][""] > 0  # prometheus_client's own
 
 
 def test_unknown_figures_are_left_out_of_the_metrics_not_zeroed(
@@ -120,6 +109,12 @@ def test_unknown_figures_are_left_out_of_the_metrics_not_zeroed(
     assert "memhoncho_last_delivery_timestamp_seconds" not in families
     assert families["memhoncho_bucket_degraded"]['bucket="ledgers"'] == 1.0
     assert families["memhoncho_bucket_degraded"]['bucket="last_delivery"'] == 1.0
+    outbox = data_dir / "data" / "outbox"
+    outbox.mkdir(parents=True, exist_ok=True)
+    (outbox / "c.jsonl").mkdir()  # an outbox that cannot be read: pending age not known
+    families = _parse_prometheus(_get(server.url + METRICS_PATH, TOKEN)[1].decode())
+    assert "memhoncho_oldest_pending_age_seconds" not in families
+    assert "memhoncho_pending_batches" in families  # what was read is still shown
 
 
 def test_the_server_refuses_to_start_without_a_token(config_dir: Path, data_dir: Path) -> None:

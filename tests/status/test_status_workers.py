@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,11 @@ from memhoncho.host import Host
 from memhoncho.status.view import status_view
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import write_api_key
+from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 
-pytestmark = pytest.mark.slow
-
 KEY = "sk-status-workers-key"
+pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=KEY)]
 CONVERSATION = "status-c1"
 WAIT_S = 120.0  # generous: only a hang fails
 POLL_S = 0.2
@@ -41,24 +39,12 @@ def _run(run: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(api_key=KEY) as running:
-        yield running
-
-
-@pytest.fixture
 def env(
     config_dir: Path, data_dir: Path, redis_url: str, standin: HonchoStandIn, workspace_id: str
 ) -> dict[str, str]:
-    settings = {
-        "broker_url": redis_url,
-        "base_url": standin.url,
-        "workspace_id": workspace_id,
-        "honcho_timeout_s": 5.0,
-    }
-    (config_dir / "settings").mkdir(parents=True, exist_ok=True)
-    (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(settings))
-    write_api_key(config_dir, KEY)
+    point_at_standin(
+        config_dir, standin, workspace_id, KEY, broker_url=redis_url, honcho_timeout_s=5.0
+    )
     return memhoncho_env(
         config_dir=config_dir,
         data_dir=data_dir,
@@ -128,7 +114,7 @@ def test_a_failing_honcho_shows_in_failures_and_pending_age_then_clears(
             ),
             "a successful delivery",
         )
-    assert healthy["outbox"]["oldest_pending_age_s"] is None
+    assert healthy["outbox"]["oldest_pending_age_s"] == 0
     assert healthy["last_delivery_at"] is not None
     assert healthy["ledgers"]["honcho_sessions"] == 1
     assert _deliver_task(healthy)["succeeded"] >= 1

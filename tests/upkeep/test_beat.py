@@ -72,12 +72,6 @@ def expected_texts(conversation: str, runs: range) -> list[str]:
     return [text for n in runs for text in (f"u{n} in {conversation}", f"a{n}")]
 
 
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn() as running:
-        yield running
-
-
 class Site:
     """One data directory with its settings; workers, beat and CLI runs on demand."""
 

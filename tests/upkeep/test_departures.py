@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +31,6 @@ def _run(conversation: str, run: str, owner: str | None) -> dict[str, Any]:
             "answer": {"entry_id": 2, "content": [{"type": "text", "text": "hi"}]},
         },
     }
-
-
-@pytest.fixture
-def host(config_dir: Path, data_dir: Path) -> Iterator[Host]:
-    with Host(config_dir, data_dir) as running:
-        yield running
 
 
 def _files(root: Path) -> dict[str, bytes]:

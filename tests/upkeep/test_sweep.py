@@ -19,7 +19,6 @@ from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
 from memhoncho.store import peek
 from memhoncho.store.outbox import encode_line
-from memhoncho.testing.config import write_settings
 from memhoncho.upkeep.replay import replay
 from memhoncho.upkeep.sweep import sweep
 
@@ -27,9 +26,10 @@ DAY_S = 86_400.0
 
 
 @pytest.fixture
-def deployment(config_dir: Path, data_dir: Path, store_url: str | None) -> Deployment:
-    write_settings(config_dir, store_url=store_url)
-    return Deployment(config_dir, data_dir)
+def settings(store_url: str | None) -> dict[str, Any]:
+    """The plugin's ``deployment`` runs on both stores (``store_url`` names the database in
+    the environment, so a settings file this module writes keeps it)."""
+    return {}
 
 
 @pytest.fixture
@@ -341,3 +341,16 @@ def test_a_failed_fork_resolution_is_a_failure_and_the_sweep_goes_on(
     report = sweep(deployment, enqueue)
     assert [(f.stage, f.code) for f in report.failures] == [("forks", "ERR_HONCHO_UNAVAILABLE")]
     assert enqueue.calls == ["c.f"]
+
+
+def test_sweep_and_replay_report_their_progress_up_to_the_whole(deployment: Deployment) -> None:
+    old = time.time() - 31 * DAY_S
+    for n in range(3):
+        _capture(deployment, f"c.progress{n}", 1, captured_at=old)
+    swept: list[tuple[int, int]] = []
+    sweep(deployment, Recorder(), progress=lambda done, total: swept.append((done, total)))
+    assert swept[0] == (0, 3) and swept[-1] == (3, 3)
+    replayed: list[tuple[int, int]] = []
+    report = replay(deployment, progress=lambda done, total: replayed.append((done, total)))
+    assert report.replayed == 3
+    assert replayed == [(1, 3), (2, 3), (3, 3)]

@@ -1,0 +1,98 @@
+"""One health verdict over the status view: healthy, degraded, stalled or failing, with reasons.
+
+The view's buckets say what memhoncho holds and whether each source could be read; this says
+whether delivery is going well, from the figures an operator would otherwise combine by hand:
+consecutive task failures, the age of the oldest pending record, live beats and which queues a
+live worker consumes. The worst finding wins; every finding is a reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memhoncho.settings import Settings
+
+HEALTHY = "healthy"  #: delivering, every source read, beat and consumers in place
+DEGRADED = "degraded"  #: works for now, but something an operator must fix (or a source unread)
+STALLED = "stalled"  #: pending work is not moving (no consumer, or too old), nothing failing
+FAILING = "failing"  #: tasks fail again and again (Honcho down or refusing, say)
+VERDICTS = (HEALTHY, DEGRADED, STALLED, FAILING)  # in order of severity
+
+FAILING_AFTER = 3  # consecutive failures of one task; one retry is ordinary weather
+STALL_SWEEPS = 2  # pending older than this many sweep intervals: the sweep did not move it
+
+
+def _worst(found: list[tuple[str, str]]) -> str:
+    return max((v for v, _ in found), key=VERDICTS.index, default=HEALTHY)
+
+
+def verdict(view: dict[str, Any], current: Settings) -> dict[str, Any]:
+    """``{"verdict": ..., "reasons": [...]}`` for a status view built with ``current``."""
+    found: list[tuple[str, str]] = []
+    found += _failures(view.get("tasks") or {})
+    found += _pending(view.get("outbox") or {}, current)
+    found += _consumers(view.get("tasks") or {}, view.get("queues") or {})
+    found += _beats(view.get("tasks") or {})
+    if view.get("config", {}).get("configured") is False:
+        found.append((DEGRADED, "no Honcho API key is configured: captures wait on disk"))
+    unread = view.get("degraded") or []
+    if unread:
+        found.append((DEGRADED, f"could not read: {', '.join(unread)}"))
+    order = {v: i for i, v in enumerate(reversed(VERDICTS))}
+    found.sort(key=lambda f: order[f[0]])  # worst first, then in the order found
+    return {"verdict": _worst(found), "reasons": [reason for _, reason in found]}
+
+
+def _failures(tasks: dict[str, Any]) -> list[tuple[str, str]]:
+    found = []
+    for name, task in sorted((tasks.get("tasks") or {}).items()):
+        failures = task.get("consecutive_failures") or 0
+        if failures >= FAILING_AFTER:
+            code = task.get("last_error_code") or task.get("last_error_type") or "unknown error"
+            found.append((FAILING, f"{name} failed {failures} times in a row (last: {code})"))
+    return found
+
+
+def _pending(outbox: dict[str, Any], current: Settings) -> list[tuple[str, str]]:
+    age = outbox.get("oldest_pending_age_s")
+    limit = STALL_SWEEPS * current.sweep_interval_s
+    if isinstance(age, int | float) and age > limit:
+        return [
+            (
+                STALLED,
+                f"the oldest pending record is {age:.0f} s old (over {limit:.0f} s,"
+                f" {STALL_SWEEPS} sweep intervals)",
+            )
+        ]
+    return []
+
+
+def _consumers(tasks: dict[str, Any], queues: dict[str, Any]) -> list[tuple[str, str]]:
+    consumers = tasks.get("consumers")
+    depths = queues.get("depths")
+    if not isinstance(consumers, dict) or not isinstance(depths, dict):
+        return []  # not known: the unread source is reported as such
+    waiting = {q: d for q, d in depths.items() if d and not consumers.get(q)}
+    idle = [q for q, d in depths.items() if not d and not consumers.get(q)]
+    found = []
+    if waiting:
+        total = sum(waiting.values())
+        found.append(
+            (
+                STALLED,
+                f"{total} message(s) wait in {', '.join(waiting)} and no live worker consumes"
+                f" {'it' if len(waiting) == 1 else 'them'}",
+            )
+        )
+    if idle:
+        found.append((DEGRADED, f"no live worker consumes {', '.join(idle)}"))
+    return found
+
+
+def _beats(tasks: dict[str, Any]) -> list[tuple[str, str]]:
+    beats = tasks.get("live_beats")
+    if beats == 0:
+        return [(DEGRADED, "no beat is running: the sweep and refreshes never fire")]
+    if isinstance(beats, int) and beats > 1:
+        return [(DEGRADED, f"{beats} beats are running: periodic tasks fire more than once")]
+    return []

@@ -1,0 +1,113 @@
+"""memhoncho's pytest fixtures, for its own suite and for a host's: ``pytest -p
+memhoncho.testing.pytest_plugin`` (or ``pytest_plugins = ["memhoncho.testing.pytest_plugin"]``
+in a conftest).
+
+- ``config_dir``, ``data_dir``: fresh folders under the test's ``tmp_path``.
+- ``workspace_id``: a fresh Honcho workspace id, so tests never share Honcho state.
+- ``standin``: a running Honcho stand-in (``memhoncho.testing.HonchoStandIn``); its options come
+  from the closest ``@pytest.mark.standin(...)`` marker, e.g. ``api_key="k", llm=True``.
+- ``settings``: the settings a test's deployment is built with. This default writes none; a
+  module overrides it to write its own (``memhoncho.testing.config.write_settings``) first.
+- ``deployment``: a ``Deployment`` on ``config_dir`` and ``data_dir``, after ``settings``.
+- ``host``: a ``Host`` on the deployment's folders, closed after the test.
+- ``celery_process``: start real ``celery worker|beat`` processes on the deployment's folders
+  (``memhoncho.testing.processes.CeleryProcess``); every one is stopped after the test.
+
+Nothing here changes the environment: a suite that wants its tests kept from the developer's
+own memhoncho settings sets ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR`` itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from memhoncho.deployment import Deployment
+    from memhoncho.host import Host
+    from memhoncho.testing.processes import CeleryProcess
+    from memhoncho.testing.standin import HonchoStandIn
+
+STANDIN_MARKER = "standin"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{STANDIN_MARKER}(**options): options of the Honcho stand-in the `standin` fixture runs",
+    )
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "config"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "data"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def workspace_id() -> str:
+    return f"ws_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def standin(request: pytest.FixtureRequest) -> Iterator[HonchoStandIn]:
+    from memhoncho.testing.standin import HonchoStandIn
+
+    marker = request.node.get_closest_marker(STANDIN_MARKER)
+    options: dict[str, Any] = dict(marker.kwargs) if marker else {}
+    with HonchoStandIn(**options) as running:
+        yield running
+
+
+@pytest.fixture
+def settings() -> dict[str, Any]:
+    """No settings file: every setting at its default. Override to write some."""
+    return {}
+
+
+@pytest.fixture
+def deployment(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> Deployment:
+    from memhoncho.deployment import Deployment
+
+    return Deployment(config_dir, data_dir)
+
+
+@pytest.fixture
+def host(deployment: Deployment) -> Iterator[Host]:
+    from memhoncho.host import Host
+
+    with Host(deployment.config_dir, deployment.data_dir) as running:
+        yield running
+
+
+@pytest.fixture
+def celery_process(deployment: Deployment) -> Iterator[Callable[..., CeleryProcess]]:
+    """``celery_process("worker", queues=[...], concurrency=2, env={...})``: a started process
+    on the deployment's folders (no API key in its environment: the settings' key is used)."""
+    from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+
+    with contextlib.ExitStack() as running:
+
+        def start(kind: str, *, env: dict[str, str] | None = None, **options: Any) -> CeleryProcess:
+            process_env = memhoncho_env(
+                config_dir=deployment.config_dir,
+                data_dir=deployment.data_dir,
+                api_key=None,
+                extra=env,
+            )
+            return running.enter_context(CeleryProcess(kind, process_env, **options))
+
+        yield start

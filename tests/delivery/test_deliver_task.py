@@ -1,0 +1,67 @@
+"""The delivery task as a worker runs it (eagerly here: a retry runs again at once)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+
+import memhoncho.tasks  # noqa: F401  (its shared tasks bind to the app built below)
+from memhoncho import ids, routing
+from memhoncho.celery_app import create_app
+from memhoncho.deployment import Deployment
+from memhoncho.host import Host
+from memhoncho.store.ledger import read_ledger
+from memhoncho.tasks import DELIVER_MAX_FAILURES
+from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import point_at_standin
+from memhoncho.testing.runs import run_event
+
+KEY = "sk-deliver-task-key"
+CONVERSATION = "conv-task"
+pytestmark = pytest.mark.standin(api_key=KEY)
+
+
+@pytest.fixture
+def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dict[str, Any]:
+    return point_at_standin(config_dir, standin, workspace_id, KEY)
+
+
+@pytest.fixture
+def app(deployment: Deployment) -> Iterator[Celery]:
+    built = create_app(deployment)
+    yield built
+    built.close()
+
+
+def test_a_retry_queued_by_an_earlier_version_with_its_failure_counters_still_runs(
+    app: Celery,
+) -> None:
+    # Earlier versions carried ``failures`` and ``held`` in the retry's kwargs; the ledger
+    # counts the failures now, and a message already queued must not fail on its arguments.
+    result = app.tasks[routing.DELIVER_TASK].apply(
+        args=["conv-1"], kwargs={"failures": 3, "held": 5}
+    )
+
+    assert result.successful(), result.traceback
+    assert result.get() == {"state": "idle", "messages": 0, "calls": 0}
+
+
+def test_delivery_gives_up_after_its_limit_of_honcho_failures_and_the_records_stay_pending(
+    app: Celery, host: Host, deployment: Deployment, standin: HonchoStandIn
+) -> None:
+    host.capture(run_event(CONVERSATION, 0, "ana@example.com"))
+    failing = standin.faults.add("http_503", path_contains="/messages", count=None)
+
+    result = app.tasks[routing.DELIVER_TASK].apply(args=[CONVERSATION])
+
+    assert result.successful(), result.traceback
+    assert result.get() is None  # gave up: no report
+    ledger = read_ledger(deployment.layout, ids.conversation_key(CONVERSATION))
+    assert ledger is not None
+    assert ledger.failures == DELIVER_MAX_FAILURES
+    assert ledger.delivered_seq == 0 and ledger.messages_delivered == 0
+    assert failing.fired >= DELIVER_MAX_FAILURES

@@ -1,0 +1,309 @@
+"""Operating memhoncho with real processes: `run` on the folders it was given, doctor and the
+health verdict against real workers, worker log lines with their fields, Flower's API."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memhoncho import doctor, ids, routing
+from memhoncho.deployment import Deployment
+from memhoncho.host import Host
+from memhoncho.status.view import status_view
+from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import write_api_key
+from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-operators-test-key"
+WAIT_S = 120.0  # generous: only a hang fails
+POLL_S = 0.2
+ALL_QUEUES = [*routing.deliver_queues(8), routing.RECALL_QUEUE, routing.MAINTENANCE_QUEUE]
+
+
+def _wait(condition: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(POLL_S)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _run(conversation: str, run: str) -> dict[str, Any]:
+    return {
+        "conversation_id": conversation,
+        "owner": "ana@example.com",
+        "run_id": run,
+        "inputs": [{"entry_id": 1, "text": f"user text of {run}"}],
+        "outcome": {
+            "status": "answered",
+            "answer": {"entry_id": 2, "content": [{"type": "text", "text": f"answer {run}"}]},
+        },
+    }
+
+
+def _configure(config_dir: Path, **values: Any) -> None:
+    (config_dir / "settings").mkdir(parents=True, exist_ok=True)
+    (config_dir / "settings" / "memhoncho.json").write_text(json.dumps(values))
+    write_api_key(config_dir, KEY)
+
+
+@pytest.fixture
+def standin() -> Iterator[HonchoStandIn]:
+    with HonchoStandIn(api_key=KEY) as running:
+        yield running
+
+
+@pytest.fixture
+def live(
+    config_dir: Path, data_dir: Path, redis_url: str, standin: HonchoStandIn, workspace_id: str
+) -> dict[str, str]:
+    _configure(config_dir, broker_url=redis_url, base_url=standin.url, workspace_id=workspace_id)
+    return memhoncho_env(
+        config_dir=config_dir,
+        data_dir=data_dir,
+        broker_url=redis_url,
+        base_url=standin.url,
+        api_key=KEY,
+        workspace_id=workspace_id,
+    )
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # stray children
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def test_run_delivers_from_the_folders_it_was_given_not_the_environment_defaults(
+    tmp_path: Path, redis_url: str, standin: HonchoStandIn, workspace_id: str
+) -> None:
+    config, data = tmp_path / "given-config", tmp_path / "given-data"
+    _configure(config, broker_url=redis_url, base_url=standin.url, workspace_id=workspace_id)
+    decoys = tmp_path / "decoy-config", tmp_path / "decoy-data"  # what the environment says
+    env = memhoncho_env(config_dir=decoys[0], data_dir=decoys[1], api_key=None)
+    log = tempfile.NamedTemporaryFile(prefix="memhoncho-run-", suffix=".log", delete=False)  # noqa: SIM115
+    args = [sys.executable, "-m", "memhoncho", "run", "--concurrency", "1"]
+    args += ["--config-dir", str(config), "--data-dir", str(data)]  # after the subcommand
+    process = subprocess.Popen(
+        args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    conversation = "run-dirs-c1"
+    session = ids.session_id(workspace_id, conversation)
+    try:
+        _wait(lambda: "ready." in Path(log.name).read_text(errors="replace"), "the worker")
+        with Host(config, data) as host:
+            assert host.capture(_run(conversation, "r1")).enqueued
+        _wait(lambda: len(standin.messages(workspace_id, session)) == 2, "the delivery")
+    finally:
+        _stop_group(process)
+        log.close()
+    text = Path(log.name).read_text(errors="replace")
+    assert [m["content"] for m in standin.messages(workspace_id, session)] == [
+        "user text of r1",
+        "answer r1",
+    ]
+    assert (data / "celerybeat-schedule").exists() or any(data.glob("celerybeat-schedule*"))
+    assert not decoys[1].exists() or not any(decoys[1].rglob("*.jsonl"))
+    # the worker's own log lines carry their structured fields
+    key = ids.conversation_key(conversation)
+    assert f"action=batch_delivered conversation_key={key}" in text, text[-3000:]
+    assert KEY not in text and "user text of r1" not in text
+
+
+def test_doctor_fails_and_health_degrades_when_no_worker_consumes_maintenance_or_recall(
+    config_dir: Path, data_dir: Path, live: dict[str, str]
+) -> None:
+    deployment = Deployment(config_dir, data_dir)
+    with CeleryProcess("worker", live, queues=routing.deliver_queues(8)):
+        check = _wait(
+            lambda: (
+                (c := doctor.run_checks(deployment)) and next(x for x in c if x.name == "workers")
+            ),
+            "doctor",
+        )
+        assert check.verdict == "fail"
+        assert "no worker consumes memhoncho.recall, memhoncho.maintenance" in check.detail
+        view = _wait(
+            lambda: (v := status_view(deployment)) and v["tasks"].get("live_workers") and v,
+            "the worker's heartbeat",
+        )
+        assert view["tasks"]["consumers"]["memhoncho.deliver.0"] == 1
+        assert view["tasks"]["consumers"]["memhoncho.maintenance"] == 0
+        assert (
+            "no live worker consumes memhoncho.recall, memhoncho.maintenance"
+            in view["health"]["reasons"]
+        )
+    gone = _wait(
+        lambda: (v := status_view(deployment)) and v["tasks"]["live_workers"] == 0 and v,
+        "the worker's heartbeat to go with it",
+    )
+    assert gone["tasks"]["consumers"]["memhoncho.deliver.0"] == 0
+
+
+def test_health_turns_failing_with_a_failing_honcho_and_back_to_healthy(
+    config_dir: Path,
+    data_dir: Path,
+    live: dict[str, str],
+    standin: HonchoStandIn,
+    workspace_id: str,
+) -> None:
+    from memhoncho.status.render import prometheus
+
+    deployment = Deployment(config_dir, data_dir)
+    conversation = "health-c1"
+    standin.faults.add("http_503", count=None, path_contains="/messages", method="POST")
+    worker = CeleryProcess("worker", live, queues=ALL_QUEUES)
+    with worker, CeleryProcess("beat", live), Host(config_dir, data_dir) as host:
+        _wait(
+            lambda: (v := status_view(deployment))["health"]["verdict"] == "healthy" and v,
+            "a healthy start (a beat, every queue consumed, nothing pending)",
+        )
+        assert host.capture(_run(conversation, "r1")).enqueued
+        failing = _wait(
+            lambda: (v := status_view(deployment))["health"]["verdict"] == "failing" and v,
+            "the verdict to turn failing",
+        )
+        assert failing["health"]["reasons"][0].startswith("memhoncho.deliver failed ")
+        assert "ERR_HONCHO_UNAVAILABLE" in failing["health"]["reasons"][0]
+        assert failing["sources"] == "ok"  # every source read: the verdict is about delivery
+        metrics = prometheus(failing)
+        assert 'memhoncho_health{verdict="failing"} 1.0' in metrics
+        assert 'memhoncho_health{verdict="healthy"} 0.0' in metrics
+
+        standin.faults.clear()
+        host.enqueue_delivery(conversation)
+        healthy = _wait(
+            lambda: (v := status_view(deployment))["health"]["verdict"] == "healthy" and v,
+            "the verdict to come back to healthy",
+        )
+    assert healthy["health"]["reasons"] == []
+    assert healthy["outbox"]["oldest_pending_age_s"] == 0
+    assert len(standin.messages(workspace_id, ids.session_id(workspace_id, conversation))) == 2
+    text = worker.log_text()
+    key = ids.conversation_key(conversation)
+    assert (
+        f"delivery failed action=delivery_failed conversation_key={key}"
+        " code=ERR_HONCHO_UNAVAILABLE" in text
+    ), text[-3000:]
+    assert KEY not in text and "user text of r1" not in text
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+FLOWER_AUTH = "ops:flower-test-password"
+
+
+def _flower_get(url: str) -> Any:
+    request = urllib.request.Request(url)
+    token = base64.b64encode(FLOWER_AUTH.encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+            return json.loads(response.read())
+    except (urllib.error.URLError, ConnectionError, ValueError):
+        return None
+
+
+def test_flower_from_the_default_install_lists_the_worker_and_memhoncho_tasks(
+    config_dir: Path,
+    data_dir: Path,
+    live: dict[str, str],
+    standin: HonchoStandIn,
+    workspace_id: str,
+) -> None:
+    port = _free_port()
+    flower = CeleryProcess(
+        "flower",
+        live,
+        extra_args=[f"--port={port}", "--address=127.0.0.1", f"--basic-auth={FLOWER_AUTH}"],
+    )
+    url = f"http://127.0.0.1:{port}"
+    worker = CeleryProcess("worker", live, queues=ALL_QUEUES, name="flower-seen")
+    with worker:
+        flower.start(wait=False)  # Flower prints no "ready" line; its API answering is ready
+        try:
+            _wait(lambda: _flower_get(f"{url}/api/workers?refresh=1"), "Flower's API", 60)
+            workers = _wait(
+                lambda: (
+                    (w := _flower_get(f"{url}/api/workers?refresh=1"))
+                    and any(name.startswith("flower-seen@") for name in w)
+                    and w
+                ),
+                "Flower to list the worker",
+            )
+            name = next(n for n in workers if n.startswith("flower-seen@"))
+            consumed = {q["name"] for q in workers[name].get("active_queues") or []}
+            assert routing.MAINTENANCE_QUEUE in consumed
+            with Host(config_dir, data_dir) as host:
+                assert host.capture(_run("flower-c1", "r1")).enqueued
+            tasks = _wait(
+                lambda: (
+                    (t := _flower_get(f"{url}/api/tasks"))
+                    and any(
+                        task.get("name") == "memhoncho.deliver" and task.get("state") == "SUCCESS"
+                        for task in t.values()
+                    )
+                    and t
+                ),
+                "Flower to list the delivery task",
+            )
+        finally:
+            flower.stop()
+    delivered = [t for t in tasks.values() if t.get("name") == "memhoncho.deliver"]
+    assert delivered and all(t.get("worker", "").startswith("flower-seen@") for t in delivered)
+    session = ids.session_id(workspace_id, "flower-c1")
+    assert len(standin.messages(workspace_id, session)) == 2
+
+
+def test_a_worker_with_log_format_json_writes_its_fields_as_json_lines(
+    config_dir: Path,
+    data_dir: Path,
+    live: dict[str, str],
+    standin: HonchoStandIn,
+    workspace_id: str,
+) -> None:
+    env = {**live, "MEMHONCHO_LOG_FORMAT": "json"}
+    conversation = "json-logs-c1"
+    session = ids.session_id(workspace_id, conversation)
+    worker = CeleryProcess("worker", env, queues=ALL_QUEUES)
+    with worker, Host(config_dir, data_dir) as host:
+        assert host.capture(_run(conversation, "r1")).enqueued
+        _wait(lambda: len(standin.messages(workspace_id, session)) == 2, "the delivery")
+        _wait(lambda: "batch_delivered" in worker.log_text(), "the delivery's log line")
+    lines = [json.loads(line) for line in worker.log_text().splitlines() if line.startswith("{")]
+    delivered = [line for line in lines if line.get("action") == "batch_delivered"]
+    assert delivered, worker.log_text()[-3000:]
+    assert delivered[0]["conversation_key"] == ids.conversation_key(conversation)
+    assert delivered[0]["logger"].startswith("memhoncho.") and delivered[0]["level"] == "INFO"
+    assert any(line["logger"].startswith("celery") for line in lines)  # Celery's lines too
