@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from memhoncho.status.census import Census
     from memhoncho.store.forks import ForkRecord
 
-__all__ = ["Appended", "Record", "Store", "SweepListing"]
+__all__ = ["Appended", "Record", "Seen", "Store", "SweepListing"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,11 @@ class Appended:
 
     duplicate: bool
     seq: int | None = None
+
+
+#: what a listing may have read of a conversation already: its ledger, first and last record
+#: (the last one for its ``seq`` only)
+Seen = tuple[Ledger | None, Record | None, Record | None]
 
 
 @dataclass
@@ -56,6 +61,7 @@ class SweepListing:
     keys: list[str]
     unchanged: int = 0
     remember_clean: Callable[[set[str]], None] = field(default=lambda clean: None)
+    seen: dict[str, Seen] = field(default_factory=dict)
 
 
 class Store(abc.ABC):

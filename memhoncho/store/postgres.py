@@ -41,7 +41,14 @@ from memhoncho.errors import (
     StoreUnavailable,
 )
 from memhoncho.models import ForkDecision, Ledger
-from memhoncho.store.base import Appended, Record, Store, SweepListing, dead_records_added
+from memhoncho.store.base import (
+    Appended,
+    Record,
+    Seen,
+    Store,
+    SweepListing,
+    dead_records_added,
+)
 from memhoncho.store.outbox import encode_line
 
 if TYPE_CHECKING:
@@ -373,15 +380,31 @@ class PostgresStore(Store):
             return _distinct_keys(conn, "memhoncho_outbox")
 
     def sweep_listing(self) -> SweepListing:
-        """Conversations holding any record: pending ones to enqueue, delivered to compact.
+        """Conversations holding any record, with their ledger and edges, in one query.
 
-        The outbox holds nothing else once compacted, so this is the work, not the history.
+        Once delivered records are compacted (``compact_delivered``) the outbox holds pending
+        work only, so this reads the work, not the history. A ledger that does not validate is
+        left out of ``seen``: the sweep reads it again and reports it.
         """
         with self.connection() as conn:
-            keys = _distinct_keys(conn, "memhoncho_outbox")
-            row = conn.execute("SELECT count(*) FROM memhoncho_conversations").fetchone()
-        listed = int(row[0]) if row else len(keys)
-        return SweepListing(listed=listed, keys=keys, unchanged=listed - len(keys))
+            rows = conn.execute(
+                "SELECT DISTINCT ON (o.key) o.key, o.seq, o.record,"
+                " max(o.seq) OVER (PARTITION BY o.key), c.ledger"
+                " FROM memhoncho_outbox o LEFT JOIN memhoncho_conversations c ON c.key = o.key"
+                " ORDER BY o.key, o.seq"
+            ).fetchall()
+            count = conn.execute("SELECT count(*) FROM memhoncho_conversations").fetchone()
+        seen: dict[str, Seen] = {}
+        for key, seq, record, last_seq, ledger_doc in rows:
+            try:
+                ledger = Ledger.model_validate(ledger_doc) if ledger_doc is not None else None
+            except ValidationError:
+                continue
+            last = cast(Record, {"seq": int(last_seq)})
+            seen[key] = (ledger, _record(seq, record), last)
+        keys = [row[0] for row in rows]
+        listed = int(count[0]) if count else len(keys)
+        return SweepListing(listed=listed, keys=keys, unchanged=listed - len(keys), seen=seen)
 
     # ---- serialization -----------------------------------------------------------------------
 

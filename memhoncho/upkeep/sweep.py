@@ -33,7 +33,7 @@ from memhoncho.delivery import forks
 from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile, LockBusy, MemhonchoError
 from memhoncho.models import Ledger
-from memhoncho.store.base import Record, Store
+from memhoncho.store.base import Record, Seen, Store
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,9 @@ def sweep(
         if progress is not None and done % PROGRESS_EVERY == 0:
             progress(listing.unchanged + done, report.listed)
         try:
-            swept = _sweep_one(deployment, store, key, enqueue, report, now, retention_s)
+            swept = _sweep_one(
+                deployment, store, key, enqueue, report, now, retention_s, listing.seen.get(key)
+            )
         except Exception as exc:  # one conversation never stops the sweep
             report.fail("conversation", exc, conversation_key=key)
             continue
@@ -217,18 +219,27 @@ def _sweep_one(
     report: SweepReport,
     now: float,
     retention_s: float,
+    seen: Seen | None = None,
 ) -> ConversationSwept | None:
-    """Look at one conversation; None when it is clean (nothing pending, nothing to compact)."""
+    """Look at one conversation; None when it is clean (nothing pending, nothing to compact).
+
+    ``seen``: the ledger and edges the store's listing read already (the database reads them
+    for every conversation in one query), else they are read here.
+    """
     ledger_ok = True
-    try:
-        ledger = store.read_ledger(key)
-    except CorruptFile as exc:
-        report.fail("ledger", exc, conversation_key=key)
-        ledger, ledger_ok = None, False
+    if seen is not None:
+        ledger, first, last = seen
+    else:
+        try:
+            ledger = store.read_ledger(key)
+        except CorruptFile as exc:
+            report.fail("ledger", exc, conversation_key=key)
+            ledger, ledger_ok = None, False
     delivered = ledger.delivered_seq if ledger else 0
     quarantine_before = store.quarantine_mark(key)
-    with _collector_paused():  # a torn edge makes the file store read (and repair) it all
-        first, last = store.edges(key)
+    if seen is None:
+        with _collector_paused():  # a torn edge makes the file store read (and repair) it all
+            first, last = store.edges(key)
     pending = last is not None and last["seq"] > delivered
     has_delivered = first is not None and first["seq"] <= delivered
     head_expired = (
