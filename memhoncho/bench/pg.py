@@ -149,7 +149,7 @@ def _record(conversation: str, seq: int, now: float) -> dict[str, Any]:
                 "entry_id": 2 * seq + 1,
                 "text": TEXT,
                 "meta": {},
-            },  # fmt: skip
+            },
         ],
     }
 
@@ -182,11 +182,12 @@ def load(url: str, conversations: int, per: int, delivered: Callable[[int], int]
                                 2,
                                 json.dumps(record),
                                 seq <= upto,
-                            )  # fmt: skip
+                            )
                         )
             with cur.copy(
                 "COPY memhoncho_conversations (key, conversation_id, last_seq, delivered_seq,"
-                " ledger, has_session, last_delivered_at) FROM STDIN"
+                " ledger, has_session, last_delivered_at, pending_batches, pending_messages)"
+                " FROM STDIN"
             ) as copy:
                 for n in range(conversations):
                     conversation = f"bench-{n:06d}"
@@ -206,7 +207,9 @@ def load(url: str, conversations: int, per: int, delivered: Callable[[int], int]
                             ledger.model_dump_json(),
                             True,
                             now - n,
-                        )  # fmt: skip
+                            per - upto,  # pending batches
+                            2 * (per - upto),  # pending messages: two a record
+                        )
                     )
         conn.commit()
         conn.autocommit = True
@@ -263,28 +266,45 @@ def sweep_figures(server_url: str, root: Path, records: int = RECORDS) -> dict[s
 def status_figures(
     server_url: str, root: Path, records: int = RECORDS, samples: int = STATUS_SAMPLES
 ) -> dict[str, Any]:
-    """The status view at ``records`` records: one conversation in three with undelivered
-    records (its newest 10), the rest delivered and not yet compacted (the worst case)."""
+    """The status view at ``records`` records, twice: one conversation in three with its
+    newest 10 undelivered and the rest delivered but not yet compacted (a normal day), then
+    every record undelivered (a long Honcho outage: the partial indexes hold them all)."""
+    return {
+        "store": "postgresql",
+        "records": records,
+        "mostly_delivered": _status_once(
+            server_url,
+            root / "mostly",
+            records,
+            samples,
+            lambda n: (
+                RECORDS_PER_CONVERSATION - 10
+                if n % PENDING_EVERY == 0
+                else RECORDS_PER_CONVERSATION
+            ),
+        ),
+        "all_pending": _status_once(server_url, root / "all", records, samples, lambda n: 0),
+    }
+
+
+def _status_once(
+    server_url: str, root: Path, records: int, samples: int, delivered: Callable[[int], int]
+) -> dict[str, Any]:
     from memhoncho.status.view import StatusReader
 
     conversations = records // RECORDS_PER_CONVERSATION
-    per = RECORDS_PER_CONVERSATION
     with scratch_database(server_url) as url:
-        load_s = load(
-            url, conversations, per, lambda n: per - 10 if n % PENDING_EVERY == 0 else per
-        )
+        load_s = load(url, conversations, RECORDS_PER_CONVERSATION, delivered)
         deployment = deployment_on(root, url)
         first_s, view = _timed(StatusReader(deployment).read)
         reads = [_timed(StatusReader(deployment).read)[0] * 1000 for _ in range(samples)]
     outbox = view["outbox"]
     return {
-        "store": "postgresql",
-        "records": records,
         "conversations": conversations,
         "load_s": round(load_s, 2),
         "pending_batches": outbox["pending_batches"],
         "conversations_pending": outbox["conversations_pending"],
-        "state": view["state"],
+        "outbox_bucket": outbox.get("state"),
         "first_read_ms": round(first_s * 1000, 2),
         "read": {
             "p50_ms": round(statistics.median(reads), 2),

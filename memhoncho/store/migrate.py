@@ -139,6 +139,13 @@ def _copy_conversation(
                 report.records_present += 1
             else:
                 report.records_copied += 1
+        conn.execute(  # the counters the census sums, from what is pending now
+            "UPDATE memhoncho_conversations c SET pending_batches = p.batches,"
+            " pending_messages = p.messages FROM (SELECT count(*) AS batches,"
+            " coalesce(sum(messages), 0) AS messages FROM memhoncho_outbox"
+            " WHERE key = %(key)s AND NOT delivered) p WHERE c.key = %(key)s",
+            {"key": key},
+        )
 
 
 def _copy_decisions(source: FileStore, target: PostgresStore, report: MigrationReport) -> None:

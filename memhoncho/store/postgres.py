@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from memhoncho.store.forks import ForkRecord
 
 #: the migration this code needs (``memhoncho/store/migrations/versions``); see ``schema_head``
-SCHEMA_REVISION = "0001"
+SCHEMA_REVISION = "0002"
 POOL_MAX = 10  # connections per process: a worker thread may hold a lock and use another
 #: milliseconds a statement waits for a row lock (a capture behind a stalled one, a worker
 #: behind a committing capture) before it fails with StoreUnavailable rather than hang
@@ -81,9 +81,12 @@ LAST_DELIVERY = "last-delivery"
 #: digest already known for the batch (outbox or ledger, read before this statement's writes).
 APPEND_SQL = """
 WITH c AS (
-    INSERT INTO memhoncho_conversations AS c (key, conversation_id, last_seq)
-    VALUES (%(key)s, %(conversation_id)s, 1)
-    ON CONFLICT (key) DO UPDATE SET last_seq = c.last_seq + 1
+    INSERT INTO memhoncho_conversations AS c
+        (key, conversation_id, last_seq, pending_batches, pending_messages)
+    VALUES (%(key)s, %(conversation_id)s, 1, 1, %(messages)s)
+    ON CONFLICT (key) DO UPDATE SET last_seq = c.last_seq + 1,
+        pending_batches = c.pending_batches + 1,
+        pending_messages = c.pending_messages + %(messages)s
     RETURNING c.last_seq, c.delivered_seq,
         coalesce(c.ledger -> 'delivered_batches' ? %(batch_id)s, false) AS delivered_before
 ), o AS (
@@ -355,10 +358,7 @@ class PostgresStore(Store):
                 return kept, []
             if before_replace is not None:
                 before_replace(dropped)  # committed on its own connection before the delete
-            conn.execute(
-                "DELETE FROM memhoncho_outbox WHERE key = %s AND seq = ANY(%s)",
-                (key, [r["seq"] for r in dropped]),
-            )
+            _delete_records(conn, key, "seq = ANY(%(seqs)s)", [r["seq"] for r in dropped])
         return kept, dropped
 
     def compact_delivered(self) -> dict[str, int]:
@@ -373,7 +373,7 @@ class PostgresStore(Store):
 
     def remove_outbox(self, key: str) -> None:
         with self.connection() as conn:
-            conn.execute("DELETE FROM memhoncho_outbox WHERE key = %s", (key,))
+            _delete_records(conn, key, "true", [])
 
     def conversation_keys(self) -> list[str]:
         with self.connection() as conn:
@@ -477,11 +477,16 @@ class PostgresStore(Store):
                     ledger.last_delivered_at,
                 ),
             )
-            # Delivered records leave the pending index now; the sweep deletes them later.
+            # Delivered records leave the pending index (and the counters) now; the sweep
+            # deletes them later.
             conn.execute(
-                "UPDATE memhoncho_outbox SET delivered = true"
-                " WHERE key = %s AND seq <= %s AND NOT delivered",
-                (key, ledger.delivered_seq),
+                "WITH d AS (UPDATE memhoncho_outbox SET delivered = true"
+                "  WHERE key = %(key)s AND seq <= %(seq)s AND NOT delivered RETURNING messages)"
+                " UPDATE memhoncho_conversations SET"
+                "  pending_batches = pending_batches - (SELECT count(*) FROM d),"
+                "  pending_messages = pending_messages - (SELECT coalesce(sum(messages), 0) FROM d)"
+                " WHERE key = %(key)s AND EXISTS (SELECT 1 FROM d)",
+                {"key": key, "seq": ledger.delivered_seq},
             )
 
     def ledger_keys(self) -> list[str]:
@@ -677,9 +682,13 @@ class PostgresStore(Store):
                 " (SELECT count(*) FROM memhoncho_dead),"
                 " (SELECT count(*) FROM memhoncho_quarantine)"
             ).fetchone()
+            # Sums of the per-conversation counters (one row per conversation with pending
+            # work, by a partial index), and the oldest by the pending-age index: no pass over
+            # the records, however many are pending.
             pending = conn.execute(
-                "SELECT count(*), coalesce(sum(messages), 0), min(captured_at),"
-                " count(DISTINCT key) FROM memhoncho_outbox WHERE NOT delivered"
+                "SELECT coalesce(sum(pending_batches), 0), coalesce(sum(pending_messages), 0),"
+                " (SELECT min(captured_at) FROM memhoncho_outbox WHERE NOT delivered), count(*)"
+                " FROM memhoncho_conversations WHERE pending_batches > 0"
             ).fetchone()
             dead_keys = len(_distinct_keys(conn, "memhoncho_dead"))
             quarantine_keys = len(_distinct_keys(conn, "memhoncho_quarantine"))
@@ -701,6 +710,20 @@ class PostgresStore(Store):
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+
+
+def _delete_records(conn: psycopg.Connection[Any], key: str, where: str, seqs: list[int]) -> None:
+    """Delete some of a conversation's records; the pending ones leave its counters too."""
+    conn.execute(
+        f"WITH d AS (DELETE FROM memhoncho_outbox WHERE key = %(key)s AND {where}"
+        "  RETURNING delivered, messages)"
+        " UPDATE memhoncho_conversations SET"
+        "  pending_batches = pending_batches - (SELECT count(*) FROM d WHERE NOT delivered),"
+        "  pending_messages = pending_messages"
+        "   - (SELECT coalesce(sum(messages), 0) FROM d WHERE NOT delivered)"
+        " WHERE key = %(key)s",
+        {"key": key, "seqs": seqs},
+    )
 
 
 def _distinct_keys(conn: psycopg.Connection[Any], table: str) -> list[str]:

@@ -137,6 +137,8 @@ def test_a_database_without_the_schema_is_a_clear_error_until_db_upgrade(
     postgres_url: str, tmp_path: Path
 ) -> None:
     from memhoncho.cli import main
+    from memhoncho.store import schema
+    from memhoncho.store.postgres import SCHEMA_REVISION
 
     name = f"memhoncho_behind_{int(time.time() * 1000)}"
     with psycopg.connect(postgres_url, autocommit=True) as admin:
@@ -148,8 +150,20 @@ def test_a_database_without_the_schema_is_a_clear_error_until_db_upgrade(
             store.read_ledger("k")
         assert caught.value.code == "ERR_STORE_SCHEMA"
         assert "memhoncho db upgrade" in caught.value.message
+        schema.upgrade(url, "0001")  # a database one release behind, holding pending work
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO memhoncho_conversations (key, last_seq) VALUES ('k', 1);"
+                "INSERT INTO memhoncho_outbox (key, seq, batch_id, messages, record)"
+                " VALUES ('k', 1, 'b', 2, '{}')"
+            )
+        store.close()
+        with pytest.raises(StoreSchemaBehind) as caught:
+            store.read_ledger("k")
+        assert caught.value.details == {"found": "0001", "needed": SCHEMA_REVISION}
         assert main(["db", "upgrade", "--url", url]) == 0
         assert store.read_ledger("k") is None
+        assert (store.census().pending_batches, store.census().pending_messages) == (1, 2)
         store.close()
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as admin:
@@ -354,3 +368,37 @@ def test_a_run_id_with_other_content_is_a_conflict_before_and_after_delivery(
         with pytest.raises(RunConflict):
             host.capture(edited)
         assert store.records(key) == []
+
+
+def test_the_census_counters_agree_with_the_records_after_every_kind_of_change(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    store = open_store(tmp_path, postgres_url)
+
+    def counted() -> tuple[int, int]:
+        census = store.census()
+        return census.pending_batches, census.pending_messages
+
+    def actual() -> tuple[int, int]:
+        with psycopg.connect(postgres_url) as conn:
+            row = conn.execute(
+                "SELECT count(*), coalesce(sum(messages), 0) FROM memhoncho_outbox"
+                " WHERE NOT delivered"
+            ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    for key in ("a", "b"):
+        for i in range(5):
+            record = {**run_event(key, i), "batch_id": f"{key}{i}", "messages": [{}] * (i + 1)}
+            store.append(key, record, max_pending=100)  # type: ignore[arg-type]
+    assert counted() == actual() == (10, 30)
+    store.write_ledger("a", Ledger(conversation_id="a", delivered_seq=2))  # delivers a0, a1
+    assert counted() == actual() == (8, 27)
+    store.rewrite("a", keep=lambda r: r["seq"] != 4)  # a pending record leaves (retention)
+    assert counted() == actual() == (7, 23)
+    store.compact_delivered()  # delivered records leave: no pending change
+    assert counted() == actual() == (7, 23)
+    store.remove_outbox("b")  # an operator's purge
+    assert counted() == actual() == (2, 8)
+    assert store.census().conversations_pending == 1
