@@ -172,7 +172,9 @@ def check_workers(deployment: Deployment, app: Any) -> Check:
 
 def check_beat(deployment: Deployment) -> Check:
     try:
-        store = results.store_for(deployment.settings().broker_url, deployment.data_dir)
+        store = results.store_for(
+            deployment.settings().broker_url, deployment.data_dir, deployment.settings().store_url
+        )
         beats = store.live_beats(time.time())
     except Exception as exc:
         return Check(

@@ -244,7 +244,7 @@ def queues_bucket(deployment: Deployment, current: Settings) -> dict[str, Any]:
 
 def tasks_bucket(deployment: Deployment, current: Settings, now: float) -> dict[str, Any]:
     try:
-        store = results.store_for(current.broker_url, deployment.data_dir)
+        store = results.store_for(current.broker_url, deployment.data_dir, current.store_url)
         found = store.all()
         beats = store.live_beats(now)
         workers = store.live_workers(now)

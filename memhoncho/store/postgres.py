@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from memhoncho.store.forks import ForkRecord
 
 #: the migration this code needs (``memhoncho/store/migrations/versions``); see ``schema_head``
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 POOL_MAX = 10  # connections per process: a worker thread may hold a lock and use another
 #: milliseconds a statement waits for a row lock (a capture behind a stalled one, a worker
 #: behind a committing capture) before it fails with StoreUnavailable rather than hang

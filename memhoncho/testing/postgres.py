@@ -25,6 +25,8 @@ TABLES = (
     "memhoncho_quarantine",
     "memhoncho_departures",
     "memhoncho_markers",
+    "memhoncho_task_results",
+    "memhoncho_heartbeats",
 )
 
 
