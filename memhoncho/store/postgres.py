@@ -136,10 +136,36 @@ class PostgresStore(Store):
                 self._pool_pid = os.getpid()
             return self._pool
 
+    def _connect_kwargs(self) -> dict[str, Any]:
+        return {
+            "autocommit": True,
+            "connect_timeout": max(1, round(self.connect_timeout_s)),
+            # Durable at commit, whatever the database's default says; no endless lock wait.
+            "options": f"-c synchronous_commit=on -c lock_timeout={LOCK_TIMEOUT_MS}",
+            "keepalives": 1,
+            "keepalives_idle": KEEPALIVES[0],
+            "keepalives_interval": KEEPALIVES[1],
+            "keepalives_count": KEEPALIVES[2],
+            # Sent data unacknowledged this long (a server gone mid-statement): give up, so a
+            # capture fails in bounded time instead of waiting on TCP retransmits.
+            "tcp_user_timeout": round(self.connect_timeout_s * 1000) + LOCK_TIMEOUT_MS,
+        }
+
     def _open_pool(self) -> ConnectionPool:
+        """A pool, once one direct connection proved the database is up and at the schema.
+
+        The probe keeps an outage cheap: no pool (and none of its threads) is made while the
+        database cannot be reached, and the first call after it is back connects at once
+        rather than after the pool's own reconnect backoff.
+        """
         import psycopg
         from psycopg_pool import ConnectionPool
 
+        try:
+            with psycopg.connect(self.url, **self._connect_kwargs()) as probe:
+                check_schema(probe)
+        except psycopg.Error as exc:
+            raise _store_error(exc) from None
         pool = ConnectionPool(
             self.url,
             min_size=1,
@@ -148,38 +174,22 @@ class PostgresStore(Store):
             timeout=self.connect_timeout_s,
             # A connection that a database restart ended is found here, not by a capture.
             check=ConnectionPool.check_connection,
-            kwargs={
-                "autocommit": True,
-                "connect_timeout": max(1, round(self.connect_timeout_s)),
-                # Durable at commit, whatever the database's default says; no endless lock wait.
-                "options": f"-c synchronous_commit=on -c lock_timeout={LOCK_TIMEOUT_MS}",
-                "keepalives": 1,
-                "keepalives_idle": KEEPALIVES[0],
-                "keepalives_interval": KEEPALIVES[1],
-                "keepalives_count": KEEPALIVES[2],
-                # Sent data unacknowledged this long (a server gone mid-statement): give up,
-                # so a capture fails in bounded time instead of waiting on TCP retransmits.
-                "tcp_user_timeout": round(self.connect_timeout_s * 1000) + LOCK_TIMEOUT_MS,
-            },
+            kwargs=self._connect_kwargs(),
             name="memhoncho",
         )
-        try:
-            pool.open(wait=True, timeout=self.connect_timeout_s)
-        except Exception as exc:
-            pool.close(timeout=0)
-            raise StoreUnavailable(
-                f"the store's database cannot be reached ({type(exc).__name__})"
-            ) from None
-        try:
-            with pool.connection() as conn:
-                check_schema(conn)
-        except psycopg.Error as exc:
-            pool.close(timeout=0)
-            raise _store_error(exc) from None
-        except StoreError:
-            pool.close(timeout=0)
-            raise
+        pool.open(wait=False)
         return pool
+
+    def _discard_pool(self, pool: ConnectionPool) -> None:
+        """Drop a pool that could not hand out a connection (the database went away); the
+        next call probes again. Closed in the background: its workers may be mid-connect."""
+        with self._pool_lock:
+            if self._pool is pool:
+                self._pool = None
+        closer = threading.Thread(
+            target=pool.close, kwargs={"timeout": self.connect_timeout_s + 1}, daemon=True
+        )
+        closer.start()
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -187,10 +197,13 @@ class PostgresStore(Store):
         import psycopg
         from psycopg_pool import PoolTimeout
 
+        pool = self.pool()
         try:
-            with self.pool().connection() as conn:
+            with pool.connection() as conn:
                 yield conn
         except PoolTimeout:
+            if not pool.get_stats().get("pool_size"):  # none left: the database went away
+                self._discard_pool(pool)
             raise StoreUnavailable(
                 f"no connection to the store's database within {self.connect_timeout_s:g} s "
                 f"(it is unreachable, or this process's {POOL_MAX} connections are all busy)"
