@@ -7,6 +7,7 @@ import logging
 import multiprocessing
 import os
 import random
+import select
 import signal
 import socket
 import statistics
@@ -14,7 +15,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -599,12 +600,17 @@ def test_a_capture_that_returned_survives_sigkill_of_its_process(
             finally:
                 os._exit(1)
         os.close(write_end)
-        time.sleep(rng.uniform(*KILL_AFTER_S))
-        os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
         with os.fdopen(read_end, "rb") as pipe:
-            reported = [line.decode() for line in pipe.read().splitlines()]
+            # The kill lands at a random point after the first capture returned, so every
+            # cycle does real work however loaded the machine is (a fixed delay did not).
+            try:
+                first = _first_line(pipe, timeout_s=30.0)
+                time.sleep(rng.uniform(*KILL_AFTER_S))
+            finally:
+                os.kill(pid, signal.SIGKILL)  # never leave a capturing child behind
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+            reported = [line.decode() for line in (first + pipe.read()).splitlines()]
         quarantined_before = _quarantine_lines(layout, key)
         stored = Counter(r["batch_id"] for r in outbox.read(key).records)
         torn_total += _quarantine_lines(layout, key) - quarantined_before
@@ -618,6 +624,19 @@ def test_a_capture_that_returned_survives_sigkill_of_its_process(
     host.close()
     assert reported_total > KILL_CYCLES  # the loop did real work, not just fork and die
     print(f"{reported_total} captures reported, {torn_total} torn tails recovered")
+
+
+def _first_line(pipe: BinaryIO, timeout_s: float) -> bytes:
+    """The child's first report line (its first capture returned), byte by byte: no read-ahead."""
+    got = b""
+    deadline = time.monotonic() + timeout_s
+    while not got.endswith(b"\n"):
+        ready, _, _ = select.select([pipe], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, "the capturing child reported nothing in time"
+        byte = os.read(pipe.fileno(), 1)
+        assert byte, "the capturing child died before its first capture returned"
+        got += byte
+    return got
 
 
 def _quarantine_lines(layout: Layout, key: str) -> int:
