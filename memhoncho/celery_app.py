@@ -20,6 +20,8 @@ from kombu import Exchange, Queue
 
 from memhoncho import logs, results, routing
 from memhoncho.deployment import Deployment
+from memhoncho.embedded_broker import TAKEN_FOLDER_OPTION
+from memhoncho.embedded_broker import TRANSPORT as EMBEDDED_TRANSPORT
 from memhoncho.settings import Settings
 
 TASK_TIME_LIMIT_S = 300  # hard limit; far below the broker's visibility timeout
@@ -33,15 +35,20 @@ TASK_MODULES = ["memhoncho.tasks"]
 
 
 def embedded_broker(data_dir: Path) -> tuple[str, dict[str, Any]]:
-    """kombu's filesystem transport in ``<data_dir>/broker``: no server, one machine."""
+    """kombu's filesystem transport in ``<data_dir>/broker``: no server, one machine.
+
+    Celery loads it as ``embedded_broker.TRANSPORT``, whose messages appear whole.
+    """
     queue_dir = data_dir / "broker" / "queue"
     control_dir = data_dir / "broker" / "control"
-    for folder in (queue_dir, control_dir):
+    taken_dir = data_dir / "broker" / "taken"
+    for folder in (queue_dir, control_dir, taken_dir):
         folder.mkdir(parents=True, exist_ok=True)
     return "filesystem://", {
         "data_folder_in": str(queue_dir),
         "data_folder_out": str(queue_dir),
         "control_folder": str(control_dir),
+        TAKEN_FOLDER_OPTION: str(taken_dir),
         "store_processed": False,
         "polling_interval": EMBEDDED_POLL_S,
     }
@@ -82,6 +89,8 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
         results.mkdir(parents=True, exist_ok=True)
         backend = f"file://{results}"
     celery = Celery("memhoncho", broker=broker, backend=backend, include=TASK_MODULES)
+    if not current.broker_url:
+        celery.conf.broker_transport = EMBEDDED_TRANSPORT
     logs.connect_celery(current.log_format)  # fields on memhoncho's log lines in workers
     exchange = Exchange("memhoncho", type="direct")
     queue_names = [

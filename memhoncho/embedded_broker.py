@@ -1,0 +1,82 @@
+"""The embedded broker: kombu's filesystem transport, with messages that appear whole.
+
+kombu's filesystem ``_put`` opens a message file under its final name and only then writes it,
+so a worker listing the folder can take an empty or partial file; the ``JSONDecodeError`` that
+follows is unrecoverable to Celery and the worker exits (seen under load in ``memhoncho
+demo``). Here a message is written under a name no consumer takes (no ``.<queue>.msg``
+suffix) and renamed into place, so a reader finds all of it or nothing. A message that still
+does not decode (a hand-made or damaged file) is logged and dropped: the broker carries hints
+only, and the sweep re-drives a conversation whose hint was lost. A taken message is moved to
+the broker's own ``taken`` folder, never the system temp dir, so nothing leaves the data dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from queue import Empty
+from time import monotonic
+from typing import Any
+
+from kombu.exceptions import ChannelError
+from kombu.transport import filesystem
+from kombu.utils.encoding import bytes_to_str, str_to_bytes
+from kombu.utils.json import dumps, loads
+
+log = logging.getLogger(__name__)
+
+TRANSPORT = "memhoncho.embedded_broker:Transport"  #: Celery's ``broker_transport`` for it
+TAKEN_FOLDER_OPTION = "taken_folder"  #: transport option: where a consumer moves a message
+
+
+class Channel(filesystem.Channel):
+    """Atomic publish, a taken folder inside the broker, and undecodable messages dropped."""
+
+    def _put(self, queue: Any, payload: Any, **kwargs: Any) -> Any:
+        name = f"{int(round(monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
+        final = os.path.join(self.data_folder_out, name)
+        temp = os.path.join(self.data_folder_out, f"writing-{uuid.uuid4().hex}")
+        try:
+            with open(temp, "wb") as handle:
+                handle.write(str_to_bytes(dumps(payload)))
+            os.replace(temp, final)  # consumers see the whole message or none of it
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise ChannelError(f"Cannot add a message to {self.data_folder_out!r}") from exc
+
+    def _get(self, queue: Any, timeout: Any = None) -> Any:
+        wanted = f"{queue}.msg"
+        taken_folder = self.transport_options.get(TAKEN_FOLDER_OPTION) or tempfile.gettempdir()
+        for name in sorted(os.listdir(self.data_folder_in)):
+            if name.partition(".")[2] != wanted:
+                continue
+            taken = os.path.join(taken_folder, name)
+            try:  # a rename: of competing consumers exactly one takes the message
+                shutil.move(os.path.join(self.data_folder_in, name), taken)
+            except OSError:
+                continue  # another consumer took it first
+            try:
+                with open(taken, "rb") as handle:
+                    payload = handle.read()
+                os.remove(taken)
+            except OSError as exc:
+                raise ChannelError(f"Cannot read a message of queue {queue!r}") from exc
+            try:
+                return loads(bytes_to_str(payload))
+            except ValueError:
+                log.warning(
+                    "an embedded-broker message did not decode; dropped (the sweep re-drives)",
+                    extra={"action": "broker_message_dropped", "queue": queue},
+                )
+        raise Empty()
+
+
+class Transport(filesystem.Transport):
+    """kombu's filesystem transport with :class:`Channel`."""
+
+    Channel = Channel

@@ -1,0 +1,71 @@
+"""The embedded broker: a message appears whole to its consumers, and a bad one never kills them."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from kombu import Connection
+
+from memhoncho.celery_app import embedded_broker
+from memhoncho.embedded_broker import TRANSPORT
+
+MESSAGES = 400  # per publisher
+PUBLISHERS = 2
+
+
+def _connection(data_dir: Path) -> Connection:
+    _, options = embedded_broker(data_dir)
+    return Connection("filesystem://", transport=TRANSPORT, transport_options=options)
+
+
+def test_consumers_racing_publishers_read_every_message_whole_and_once(data_dir: Path) -> None:
+    """kombu's own transport lets a consumer take a file before its publisher wrote it."""
+    published: list[int] = []
+    done = threading.Event()
+
+    def publish(offset: int) -> None:
+        with _connection(data_dir) as conn:
+            queue = conn.SimpleQueue("race")
+            for n in range(offset, offset + MESSAGES):
+                queue.put({"n": n, "pad": "x" * 4000})
+                published.append(n)
+            queue.close()
+
+    received: list[int] = []
+
+    def consume() -> None:
+        with _connection(data_dir) as conn:
+            queue = conn.SimpleQueue("race")
+            while not (done.is_set() and len(received) == len(published)):
+                try:
+                    message = queue.get(timeout=0.01)
+                except queue.Empty:
+                    continue
+                received.append(message.payload["n"])
+                message.ack()
+            queue.close()
+
+    consumers = [threading.Thread(target=consume) for _ in range(2)]
+    for thread in consumers:
+        thread.start()
+    publishers = [threading.Thread(target=publish, args=(i * MESSAGES,)) for i in range(PUBLISHERS)]
+    for thread in publishers:
+        thread.start()
+    for thread in publishers:
+        thread.join()
+    done.set()
+    for thread in consumers:
+        thread.join(timeout=60)
+    assert sorted(received) == sorted(published) == list(range(PUBLISHERS * MESSAGES))
+    assert not list((data_dir / "broker" / "taken").iterdir())  # nothing left behind
+
+
+def test_a_message_that_does_not_decode_is_dropped_and_the_next_is_read(data_dir: Path) -> None:
+    with _connection(data_dir) as conn:
+        queue = conn.SimpleQueue("bad")
+        queue_dir = data_dir / "broker" / "queue"
+        (queue_dir / "1_00000000-0000-0000-0000-000000000000.bad.msg").write_bytes(b"")
+        queue.put({"n": 1})
+        assert queue.get(timeout=1).payload == {"n": 1}
+        queue.close()
