@@ -73,7 +73,15 @@ def config_summary(deployment: Deployment, current: Settings) -> dict[str, Any]:
         workspace=current.workspace_id,
         broker=broker_kind(current),
         partitions=current.partitions,
+        store=store_kind(current),
     )
+
+
+def store_kind(current: Settings) -> str:
+    """files or postgresql: the URL itself (it may hold a password) is never shown."""
+    from memhoncho.store import is_postgres
+
+    return "postgresql" if is_postgres(current.store_url) else "files"
 
 
 # ---- last delivery -----------------------------------------------------------------------

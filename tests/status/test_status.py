@@ -248,6 +248,18 @@ def test_the_config_summary_shows_no_key_and_no_credentials(
     assert honcho_host("not a url") == "(unparsable URL)"
 
 
+def test_the_config_summary_names_the_store_kind_never_its_url(
+    config_dir: Path, data_dir: Path
+) -> None:
+    assert status_view(_context(config_dir, data_dir))["config"]["store"] == "files"
+    # unreachable on purpose: the summary names the kind without connecting
+    url = "postgresql://memhoncho:s3cret-pw@127.0.0.1:1/memhoncho"
+    view = status_view(_context(config_dir, data_dir, store_url=url, store_timeout_s=0.5))
+    assert view["config"]["store"] == "postgresql"
+    assert "s3cret-pw" not in json.dumps(view)
+    assert view["outbox"]["state"] == "degraded"  # the census says it cannot reach it
+
+
 def test_queue_depths_come_from_redis(config_dir: Path, data_dir: Path, redis_url: str) -> None:
     # Partition 37 of 40: no worker of another test on this Redis consumes it.
     ctx = _context(config_dir, data_dir, broker_url=redis_url, partitions=40)
