@@ -37,13 +37,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    """A worker with beat embedded: the one-machine deployment.
+    """A worker with beat embedded, and the outbox relay beside them: the one-machine deployment.
 
     The worker builds its app from ``MEMHONCHO_CONFIG_DIR``/``MEMHONCHO_DATA_DIR`` at import, so
-    the folders this command was given travel in the environment (the worker, its pool children
-    and the embedded beat all read them); beat's schedule file goes in the data dir too.
+    the folders this command was given travel in the environment (the worker, its pool children,
+    the embedded beat and the relay all read them); beat's schedule file goes in the data dir
+    too. The relay is a child that exits when the worker (this process, exec'd) does.
     """
     import os
+    import subprocess
 
     from memhoncho.deployment import Deployment
 
@@ -54,6 +56,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         os.environ["MEMHONCHO_LOG_FORMAT"] = args.log_format
     deployment.data_dir.mkdir(parents=True, exist_ok=True)
     schedule = deployment.data_dir.absolute() / "celerybeat-schedule"
+    subprocess.Popen([sys.executable, "-m", "memhoncho", "relay", "--exit-with-parent"])
     os.execvp(
         sys.executable,
         [
@@ -74,6 +77,50 @@ def _cmd_run(args: argparse.Namespace) -> int:
         ],
     )
     return 0  # not reached
+
+
+# Exit codes of ``memhoncho capture``: the run was refused (do not retry it as it is), or it
+# could not be accepted now (retry later: the outbox is full, the disk or settings failed).
+EXIT_REFUSED = 2
+EXIT_NOT_NOW = 3
+
+
+def _cmd_capture(args: argparse.Namespace) -> int:
+    """One run as JSON (stdin or ``--file``) made durable; the CaptureResult as JSON on stdout,
+    or the typed error as JSON on stderr. Publishes no hint unless ``--hint`` (the relay does)."""
+    from memhoncho.errors import InvalidEvent, InvalidInput
+    from memhoncho.host import Host
+
+    try:
+        if args.file:
+            with open(args.file, "rb") as source:
+                raw = source.read()
+        else:
+            raw = sys.stdin.buffer.read()
+        try:
+            event = json.loads(raw)
+        except ValueError:  # the position only: the text may be someone's message
+            raise InvalidEvent("the run is not valid JSON") from None
+        with Host(args.config_dir, args.data_dir, hints=args.hint) as host:
+            result = host.capture(event)
+    except OSError as exc:
+        print(json.dumps({"code": "ERR_INPUT", "message": exc.strerror}), file=sys.stderr)
+        return EXIT_REFUSED
+    except MemhonchoError as exc:
+        print(json.dumps(exc.as_dict(), default=str), file=sys.stderr)
+        return EXIT_REFUSED if isinstance(exc, InvalidInput) else EXIT_NOT_NOW
+    print(result.model_dump_json())
+    return 0
+
+
+def _cmd_relay(args: argparse.Namespace) -> int:
+    """Turn new outbox lines into delivery hints until stopped (``memhoncho.relay``)."""
+    from memhoncho import relay
+    from memhoncho.host import Host
+
+    with Host(args.config_dir, args.data_dir) as host:
+        relay.run(host.deployment, host.enqueue_delivery, exit_with_parent=args.exit_with_parent)
+    return 0
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -232,6 +279,8 @@ def _cmd_healthcheck(args: argparse.Namespace) -> int:
     deployment = _context(args)
     if args.what == "beat":
         healthy, why = healthcheck.beat(deployment)
+    elif args.what == "relay":
+        healthy, why = healthcheck.relay(deployment)
     else:
         healthy, why = healthcheck.status(deployment, args.port)
     print(why)
@@ -283,6 +332,23 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--loglevel", default="INFO")
     run.set_defaults(handler=_cmd_run)
 
+    capture = sub.add_parser(
+        "capture",
+        help="capture one run (JSON on stdin) durably; prints the CaptureResult as JSON",
+        description="Exit 0 with the CaptureResult on stdout; on a refusal the typed error as"
+        f" JSON on stderr, exit {EXIT_REFUSED} (the run is invalid: do not retry it) or"
+        f" {EXIT_NOT_NOW} (not accepted now: retry later).",
+    )
+    capture.add_argument("--file", help="read the run from this file instead of stdin")
+    capture.add_argument(
+        "--hint", action="store_true", help="publish the delivery hint (default: the relay does)"
+    )
+    capture.set_defaults(handler=_cmd_capture)
+
+    relay = sub.add_parser("relay", help="turn new outbox lines into delivery hints")
+    relay.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
+    relay.set_defaults(handler=_cmd_relay)
+
     sweep = sub.add_parser("sweep", help="sweep the outboxes now and show what it did")
     sweep.add_argument("--json", action="store_true", help="the sweep report as JSON")
     sweep.set_defaults(handler=_cmd_sweep)
@@ -314,9 +380,10 @@ def _build_parser() -> argparse.ArgumentParser:
     doctor.set_defaults(handler=_cmd_doctor)
 
     health = sub.add_parser(
-        "healthcheck", help="is this host's beat, or the status server, alive (exit 0 or 1)"
+        "healthcheck",
+        help="is this host's beat or relay, or the status server, alive (exit 0 or 1)",
     )
-    health.add_argument("what", choices=["beat", "status"])
+    health.add_argument("what", choices=["beat", "relay", "status"])
     health.add_argument("--port", type=int, default=8765, help="the status server's port")
     health.set_defaults(handler=_cmd_healthcheck)
     _add_store_commands(sub)

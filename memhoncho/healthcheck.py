@@ -1,4 +1,4 @@
-"""``memhoncho healthcheck beat|status``: one process's liveness, for a container healthcheck.
+"""``memhoncho healthcheck beat|relay|status``: one process's liveness, for a container healthcheck.
 
 Narrower than ``doctor`` on purpose: a beat container is healthy when a beat on this host sent
 a heartbeat lately, whatever Honcho or the workers do; a status container when its server
@@ -31,6 +31,20 @@ def beat(deployment: Deployment) -> tuple[bool, str]:
     if not mine:
         return False, f"no beat on this host sent a heartbeat in {results.BEAT_STALE_S:.0f} s"
     return True, f"beat {mine[0]} is alive"
+
+
+def relay(deployment: Deployment) -> tuple[bool, str]:
+    """The outbox relay on this host touched its heartbeat lately (it does every 5 s)."""
+    from memhoncho.relay import HEARTBEAT_STALE_S
+
+    path = deployment.layout.relay_heartbeat(socket.gethostname())
+    try:
+        age = time.time() - path.stat().st_mtime
+    except OSError:
+        return False, "no outbox relay on this host has run"
+    if age > HEARTBEAT_STALE_S:
+        return False, f"the outbox relay on this host is silent for {age:.0f} s"
+    return True, f"the outbox relay on this host is alive ({age:.0f} s ago)"
 
 
 def status(deployment: Deployment, port: int, host: str = "127.0.0.1") -> tuple[bool, str]:

@@ -43,10 +43,11 @@ class HintPool:
             executor.shutdown(wait=True)
 
 
-def settled(hint: Future[bool] | None) -> bool:
-    """Whether the hint was published; False for no hint, a failure or no answer in time."""
-    if hint is None:
-        return False
+def settled(hint: Future[bool] | bool | None) -> bool:
+    """Whether the hint was published (or one already waiting covers the line); False for no
+    hint, a failure or no answer in time."""
+    if hint is None or isinstance(hint, bool):
+        return bool(hint)
     try:
         return hint.result(timeout=HINT_WAIT_S)
     except FutureTimeout:

@@ -1,8 +1,9 @@
 """The host's side of memhoncho: capture every settled run durably, then hint a worker.
 
 ``Host.capture`` validates the run, builds its batch (pure), appends it to the conversation's
-outbox under the outbox lock and fsyncs, and only then publishes ``memhoncho.deliver``. A broker
-that is down or a missing API key cost nothing but the hint: the sweep enqueues it later.
+outbox under the outbox lock and fsyncs, publishing ``memhoncho.deliver`` beside the fsync
+(hints.py) unless a hint for the conversation is still waiting (store/hint_marks.py). A broker
+that is down or a missing API key cost nothing but the hint: the relay or the sweep sends it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from celery import Celery
 from pydantic import ValidationError
 
 from memhoncho import ids, redaction, routing
@@ -25,13 +25,16 @@ from memhoncho.deployment import Deployment
 from memhoncho.errors import InvalidEvent
 from memhoncho.hints import HintPool, settled
 from memhoncho.models import CaptureResult, CaptureStatus, RunEvent
-from memhoncho.recall import remote
-from memhoncho.recall import tools as recall_tools
-from memhoncho.store import open_store
+from memhoncho.store import hint_marks, open_store
 from memhoncho.store.redactions import add_redactions
 
 if TYPE_CHECKING:
+    # Celery, kombu and honcho-ai load on first use (a hint, a recall), not with the host:
+    # a process that only captures never pays for them.
+    from celery import Celery
+
     from memhoncho.memory import Sections
+    from memhoncho.recall import tools as recall_tools
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,11 @@ class Host:
         self,
         config_dir: str | os.PathLike[str] | None = None,
         data_dir: str | os.PathLike[str] | None = None,
+        *,
+        hints: bool = True,
     ) -> None:
+        """``hints=False``: capture publishes nothing (a one-shot process that must not wait
+        for a broker client to load); it leaves the outbox relay a request instead."""
         self.deployment = Deployment.from_dirs(config_dir, data_dir)
         self._app: Celery | None = None
         self._app_lock = threading.Lock()
@@ -57,8 +64,10 @@ class Host:
         self._idle = threading.Condition()
         self._closed = False
         self._hints = HintPool()
-        self.celery()  # build the client now, so the first capture pays no import or setup
-        redaction.redactor()  # compile the default patterns now, for the same reason
+        redaction.redactor()  # compile the default patterns now: the first capture pays none
+        self._hinting = hints
+        #: delivery hints this host published (a coalesced capture publishes none)
+        self.hints_published = 0
 
     # ---- capture ------------------------------------------------------------------------
 
@@ -78,16 +87,18 @@ class Host:
         )
         if record is None:
             return CaptureResult(status=CaptureStatus.EMPTY)
-        hint: list[Future[bool] | None] = []
+        hint: list[Future[bool] | bool] = []
         # The files of the data dir, or the database of ``store_url`` (StoreUnavailable: down).
         store = open_store(self.deployment.data_dir, current.store_url, current.store_timeout_s)
+        marks = store.kind == "files"
         appended = store.append(  # CaptureTooLarge past max_batch_bytes, encoded once
             key,
             record,
             max_pending=current.max_pending_batches,
             max_bytes=current.max_batch_bytes,
-            # The hint is published while the line is fsynced (see hints.py).
-            after_write=lambda: hint.append(self._hint_soon(run.conversation_id)),
+            # The hint is published while the line is fsynced (see hints.py), unless one is
+            # already waiting for this conversation (store/hint_marks.py).
+            after_write=lambda: hint.append(self._hint_soon(run.conversation_id, key, marks)),
         )
         if appended.duplicate:
             return CaptureResult(status=CaptureStatus.DUPLICATE, batch_id=record["batch_id"])
@@ -136,14 +147,39 @@ class Host:
             return False
         return self._publish(DELIVER_TASK, [conversation_id])
 
-    def _hint_soon(self, conversation_id: str) -> Future[bool] | None:
-        """Start publishing a delivery hint on a hint thread; None when none is to be sent."""
+    def _hint_soon(self, conversation_id: str, key: str, marks: bool = True) -> Future[bool] | bool:
+        """Start publishing a delivery hint on a hint thread. True when a hint already waiting
+        will see the line just written (nothing to publish), False when none is to be sent.
+
+        ``marks`` False (the PostgreSQL store): hint marks are one machine's files, and the
+        worker that takes a mark may run on another machine, so every capture publishes.
+        """
         if self._closed or self.deployment.api_key() is None:
-            return None
+            return False
+        if not marks:
+            if time.monotonic() < self._broker_down_until:
+                return False
+            self._begin_publish()  # counted now, so close() waits for it
+            return self._hints.submit(lambda: self._send(DELIVER_TASK, [conversation_id]))
+        if not self._hinting:  # the outbox relay publishes, unless a hint already waits
+            if hint_marks.claim(self.deployment.layout, key):
+                hint_marks.request_relay(self.deployment.layout, key, conversation_id)
+            return False
         if time.monotonic() < self._broker_down_until:
-            return None
+            return False
+        if not hint_marks.claim(self.deployment.layout, key):
+            return True
         self._begin_publish()  # counted now, so close() waits for it
-        return self._hints.submit(lambda: self._send(DELIVER_TASK, [conversation_id]))
+        return self._hints.submit(lambda: self._send_hint(conversation_id, key))
+
+    def _send_hint(self, conversation_id: str, key: str) -> bool:
+        sent = self._send(DELIVER_TASK, [conversation_id])
+        if sent:
+            with self._idle:
+                self.hints_published += 1
+        else:  # no hint waits after all: the next capture must publish one
+            hint_marks.release(self.deployment.layout, key)
+        return sent
 
     def _publish(self, task: str, args: list[Any]) -> bool:
         self._begin_publish()
@@ -198,10 +234,14 @@ class Host:
 
     def tool_definitions(self) -> list[dict[str, Any]]:
         """The recall tools' schemas, in the function-calling format model APIs accept."""
+        from memhoncho.recall import tools as recall_tools
+
         return recall_tools.tool_definitions()
 
     def tools(self, owner: str | None, *, via: str = "process") -> recall_tools.UserTools:
         """The recall tools bound to ``owner``: the model never picks whose memory it reads."""
+        from memhoncho.recall import tools as recall_tools
+
         return recall_tools.UserTools(
             lambda name, arguments: self.call_tool(name, arguments, owner=owner, via=via)
         )
@@ -210,6 +250,9 @@ class Host:
         self, name: str, arguments: Any, *, owner: str | None, via: str = "process"
     ) -> dict[str, Any]:
         """Run a model's tool call for ``owner``, here (``process``) or on a recall worker."""
+        from memhoncho.recall import remote
+        from memhoncho.recall import tools as recall_tools
+
         if via == "celery":
             return remote.call_via_celery(self.celery(), self.deployment, name, arguments, owner)
         if via != "process":

@@ -5,6 +5,8 @@ run with an API key and a live broker (Redis on 127.0.0.1:6379 db 14 when it ans
 embedded filesystem broker), and the floor: append + fsync of the same line to a file, then one
 kombu publish of the same bytes on the same broker. Their ratio is the price of everything
 memhoncho adds (validation, lock, ledger check, routing, the Celery message). Goal: <= 1.2.
+Each sample is a capture that publishes (its conversation's hint mark taken first, as a delivery
+does) and then one made while that hint waits (``capture_coalesced``: no publish at all).
 A second Host with a broker that is down shows that capture does not wait on it.
 """
 
@@ -26,13 +28,15 @@ from typing import Any, TypeVar
 from kombu import Connection, Exchange, Producer, Queue
 
 from memhoncho import ids, routing
+from memhoncho.bench import redis_url
 from memhoncho.host import Host
 from memhoncho.settings import SECRETS_FILE, SETTINGS_FILE
+from memhoncho.store import hint_marks
 
 DEFAULT_SAMPLES = 1000
 WARMUP = 100  # captures before measuring (imports, connections, caches)
 BROKER_DOWN_SAMPLES = 200
-REDIS_URL = "redis://127.0.0.1:6379/14"
+REDIS_URL = redis_url("redis://127.0.0.1:6379/14")  # flushed of its queues after the run
 FLOOR_QUEUE = "memhoncho-bench-floor"
 CONVERSATION = "bench-conversation"
 USER_TEXT = "How should I plan the garden beds for next spring? " * 10  # ~500 characters
@@ -142,30 +146,43 @@ def _measure(samples: int, root: Path, broker_url: str | None) -> dict[str, Any]
     url = broker_url or "filesystem://"
     options: dict[str, Any] = dict(host.celery().conf.broker_transport_options or {})
     floor = _Floor(root / "floor.jsonl", url, options)
+    layout, key = host.deployment.layout, ids.conversation_key(CONVERSATION)
     capture_ms: list[float] = []
+    coalesced_ms: list[float] = []
     floor_ms: list[float] = []
     enqueued = 0
     line = b""
     try:
         for i in range(WARMUP):
+            hint_marks.taken(layout, key)
             host.capture(_run(i))
             floor(_last_line(host))
+        hints_before = host.hints_published
         for i in range(WARMUP, WARMUP + samples):
-            elapsed, result = _timed(partial(host.capture, _run(i)))
+            # As when a delivery took the last hint: this capture publishes (the floor's case).
+            hint_marks.taken(layout, key)
+            elapsed, result = _timed(partial(host.capture, _run(2 * i)))
             capture_ms.append(elapsed)
             enqueued += result.enqueued
             line = _last_line(host)  # the same bytes the capture wrote
             floor_ms.append(_timed(partial(floor, line))[0])
+            # As while that hint still waits: this capture publishes nothing.
+            coalesced_ms.append(_timed(partial(host.capture, _run(2 * i + 1)))[0])
+        hints = host.hints_published - hints_before
     finally:
         floor.close()
         host.close()
-    capture, bare = _summary(capture_ms), _summary(floor_ms)
+    capture, bare, coalesced = _summary(capture_ms), _summary(floor_ms), _summary(coalesced_ms)
     return {
         "capture": capture,
         "floor": bare,
         "ratio_p50": round(capture["p50_ms"] / bare["p50_ms"], 3),
         "ratio_p99": round(capture["p99_ms"] / bare["p99_ms"], 3),
+        "capture_coalesced": coalesced,
+        "coalesced_ratio_p50": round(coalesced["p50_ms"] / bare["p50_ms"], 3),
         "enqueued": enqueued,
+        "hints_published": hints,
+        "captures": 2 * samples,
         "line_bytes": len(line),
     }
 
@@ -216,7 +233,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         down = _broker_down(min(samples, BROKER_DOWN_SAMPLES), root / "down")
     result = {
         "samples": samples,
-        "broker": "redis 127.0.0.1:6379 db 14" if use_redis else "embedded filesystem broker",
+        "broker": REDIS_URL if use_redis else "embedded filesystem broker",
         "store": "files",
         **live,
         "goal_ratio": 1.2,

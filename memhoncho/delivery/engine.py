@@ -30,6 +30,7 @@ from memhoncho.errors import HonchoFailure, MemhonchoError
 from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
 from memhoncho.settings import Settings
+from memhoncho.store import hint_marks
 from memhoncho.store.base import Record
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ def deliver_conversation(
     """
     key = ids.conversation_key(conversation_id)
     with deployment.store().conversation_lock(key, timeout_s=0):
+        # Before the outbox is read: a capture from now on hints again (store/hint_marks.py).
+        hint_marks.taken(deployment.layout, key)
         return _Delivery(deployment, conversation_id, key).run(max_calls)
 
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memhoncho import ids
-from memhoncho.delivery.clone import Clone, reached
 from memhoncho.deployment import Deployment
 from memhoncho.errors import (
     ForkRefused,
@@ -36,6 +35,11 @@ from memhoncho.store.forks import ForkRecord
 
 if TYPE_CHECKING:
     from honcho import Honcho
+
+    from memhoncho.delivery.clone import Clone
+
+# delivery.clone (and through it honcho-ai) loads where a fork is resolved, not with the
+# status view's fork_summary.
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +197,8 @@ def resolve_pending_fork(
     with store.conversation_lock(parent_key, timeout_s=PARENT_LOCK_WAIT_S):
         ledger = _resolve_locked(deployment, client, key, record, parent_key, ledger)
     store.remove_fork(key)
+    from memhoncho.delivery.clone import reached
+
     reached("record-removed")
     return ledger
 
@@ -262,6 +268,8 @@ def _resolve_locked(
     store.append_decision(key, decision)
     ledger = ledger.model_copy(update={"fork": decision})
     store.write_ledger(key, ledger)
+    from memhoncho.delivery.clone import reached
+
     reached("decided")
     log.info(
         "fork resolved: the child starts a fresh session",
@@ -278,6 +286,8 @@ def _clone(
     parent_ledger: Ledger | None,
     ledger: Ledger,
 ) -> Clone:
+    from memhoncho.delivery.clone import Clone
+
     settings = deployment.settings()
     return Clone(
         deployment.store(),

@@ -40,6 +40,10 @@ class Layout:
     def last_delivery(self) -> Path:
         return self.root / "state" / "last-delivery.json"
 
+    def relay_heartbeat(self, hostname: str) -> Path:
+        """Touched by the outbox relay on ``hostname`` while it runs (its healthcheck reads it)."""
+        return self.root / "state" / "heartbeats" / f"relay-{hostname}"
+
     @property
     def departures_dir(self) -> Path:
         return self.root / "state" / "departures"

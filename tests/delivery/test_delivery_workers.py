@@ -24,6 +24,7 @@ from memhoncho import ids
 from memhoncho.capture import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.host import Host
+from memhoncho.store import hint_marks
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
@@ -253,7 +254,11 @@ def test_a_flushed_broker_loses_nothing_the_next_capture_or_the_sweep_redrives_i
     standin: HonchoStandIn,
     workspace_id: str,
     redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The flushed hints' marks still say "a hint waits"; past STALE_S the next capture no
+    # longer believes them (store/hint_marks.py). A short bound keeps the test short.
+    monkeypatch.setattr(hint_marks, "STALE_S", 1.0)
     names, runs = conversations(10), 20
     deployment = Deployment(config_dir, data_dir)
     broker = redis.Redis.from_url(redis_url)

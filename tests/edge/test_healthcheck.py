@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memhoncho import cli, results, settings
+from memhoncho import cli, relay, results, settings
 from memhoncho.deployment import Deployment
 from memhoncho.example_host import main as example_host
 from memhoncho.status.http import StatusServer, status_token
@@ -36,6 +36,23 @@ def test_the_beat_healthcheck_fails_without_a_heartbeat_from_this_host(
         f"{socket.gethostname()}:{os.getpid()}", time.time() - results.BEAT_STALE_S - 1
     )
     assert cli.main(argv) == 1  # a stale heartbeat is a beat that is gone
+
+
+def test_the_relay_healthcheck_passes_only_while_this_hosts_relay_touches_its_heartbeat(
+    config_dir: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--config-dir", str(config_dir), "--data-dir", str(data_dir), "healthcheck", "relay"]
+    assert cli.main(argv) == 1
+    assert "no outbox relay on this host" in capsys.readouterr().out
+    deployment = Deployment(config_dir, data_dir)
+    looks = iter([False, True])
+    relay.run(deployment, lambda conversation: True, should_stop=lambda: next(looks))
+    assert cli.main(argv) == 0
+    heartbeat = deployment.layout.relay_heartbeat(socket.gethostname())
+    stale = time.time() - relay.HEARTBEAT_STALE_S - 1
+    os.utime(heartbeat, (stale, stale))
+    assert cli.main(argv) == 1  # a silent relay is a relay that is gone
+    assert "silent" in capsys.readouterr().out
 
 
 @pytest.fixture

@@ -1,0 +1,167 @@
+"""Hint marks: one empty file per conversation whose delivery hint is published and not yet taken.
+
+A conversation whose hint still waits in the broker needs no second one, so hints coalesce
+without a broker round trip: the publisher (the host after its append, or the outbox relay)
+creates ``state/hints/<key>`` with ``O_EXCL`` and publishes only if it created it; the delivery
+task removes it when it starts, under the conversation lock and before it reads the outbox.
+
+Why no record is left behind. A capture writes its line first, then looks for the mark.
+- The mark is there: the task that will remove it has not removed it yet, so it reads the
+  outbox after the removal, which is after the look, which is after the write. It sees the line.
+- The mark is absent (no hint waiting, or a task took it after the write): the capture creates
+  it and publishes, so a task that starts after the write exists. A task that took the old
+  mark before the write may miss the line; the new hint is the one that delivers it.
+- The publish fails: the publisher removes the mark, so the next capture publishes again; the
+  relay and the sweep re-drive what is pending meanwhile.
+- The hint is lost after it was published (a flushed broker, a worker killed with the message
+  unacked): the mark stays. A mark older than ``STALE_S`` counts as absent, so the next capture
+  or the relay's scan publishes again; the sweep re-drives in any case.
+Marks are not fsynced: a mark lost in a crash costs one extra hint, one that survives is stale.
+
+A capture that publishes nothing itself (``memhoncho capture``) claims the mark the same way and,
+when it created it, leaves a relay request (``state/relay/<key>``, holding the conversation id):
+the outbox relay takes the request (removes it) and then publishes. The mark stays claimed until
+that hint's delivery starts, so the captures in between coalesce on it; a request made after the
+relay took the last one is a new file, published at the next look.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from memhoncho.store.layout import Layout
+
+#: seconds after which a waiting mark is presumed lost and a new hint is published; longer
+#: than a hint waits in a busy queue, short enough that a lost hint costs little
+STALE_S = 10.0
+
+
+def marks_dir(layout: Layout) -> Path:
+    return layout.root / "state" / "hints"
+
+
+def mark_path(layout: Layout, key: str) -> Path:
+    return marks_dir(layout) / key
+
+
+def claim(layout: Layout, key: str, *, now: float | None = None) -> bool:
+    """Whether the caller must publish a hint: True when it created the mark (or found it
+    stale and renewed it); False when a hint is waiting and will see what is written now."""
+    path = mark_path(layout, key)
+    for _ in range(2):
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return True
+        except FileExistsError:
+            return _renew_if_stale(path, time.time() if now is None else now)
+        except FileNotFoundError:  # the first mark in this data directory
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return True  # the mark is an economy; without it, publish every time
+    return True
+
+
+def _renew_if_stale(path: Path, now: float) -> bool:
+    try:
+        age = now - os.stat(path).st_mtime
+    except FileNotFoundError:
+        return True  # taken since: this capture's line needs a hint of its own
+    except OSError:
+        return True
+    if age <= STALE_S:
+        return False
+    try:
+        os.utime(path)  # two captures may both renew it: one extra hint, nothing worse
+    except OSError:
+        pass
+    return True
+
+
+def renew(layout: Layout, key: str) -> None:
+    """A hint was just published for this mark: its age counts from now."""
+    try:
+        os.utime(mark_path(layout, key))
+    except OSError:
+        pass  # gone: taken by a delivery already
+
+
+def release(layout: Layout, key: str) -> None:
+    """The publish failed: no hint waits, so the next capture (or the relay) publishes."""
+    mark_path(layout, key).unlink(missing_ok=True)
+
+
+def taken(layout: Layout, key: str) -> None:
+    """A delivery task starts: captures from now on need (and publish) a hint of their own."""
+    try:
+        mark_path(layout, key).unlink(missing_ok=True)
+    except OSError:
+        pass  # a mark left behind costs at most a delay of STALE_S, never a record
+
+
+def marks(layout: Layout) -> dict[str, float]:
+    """Every waiting mark and its mtime (when its hint was published or last renewed)."""
+    found: dict[str, float] = {}
+    try:
+        entries = os.scandir(marks_dir(layout))
+    except FileNotFoundError:
+        return found
+    with entries:
+        for entry in entries:
+            try:
+                found[entry.name] = entry.stat().st_mtime
+            except FileNotFoundError:
+                continue
+    return found
+
+
+def stale(layout: Layout, *, now: float | None = None) -> list[str]:
+    """The keys whose mark is older than ``STALE_S``: hints presumed lost."""
+    now = time.time() if now is None else now
+    return sorted(key for key, mtime in marks(layout).items() if now - mtime > STALE_S)
+
+
+def requests_dir(layout: Layout) -> Path:
+    return layout.root / "state" / "relay"
+
+
+def request_relay(layout: Layout, key: str, conversation_id: str) -> None:
+    """Ask the outbox relay to publish this conversation's hint (the caller holds the mark)."""
+    path = requests_dir(layout) / key
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return  # a request not yet taken: its hint is published after this line was written
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            continue
+        try:
+            os.write(fd, conversation_id.encode("utf-8"))
+        finally:
+            os.close(fd)
+        return
+
+
+def relay_requests(layout: Layout) -> list[str]:
+    """The keys with a relay request waiting."""
+    try:
+        return sorted(os.listdir(requests_dir(layout)))
+    except FileNotFoundError:
+        return []
+
+
+def take_request(layout: Layout, key: str) -> str | None:
+    """Remove the request and return its conversation id; None if another relay took it.
+
+    Removed before the hint is published, so a request made meanwhile is a new file."""
+    path = requests_dir(layout) / key
+    try:
+        conversation_id = path.read_bytes().decode("utf-8")
+        path.unlink()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return None
+    return conversation_id or None

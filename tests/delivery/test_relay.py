@@ -1,0 +1,263 @@
+"""The outbox relay: records written by a process that published nothing get their hint.
+
+First the relay's scan against a recording publisher; then ``memhoncho run`` (a real worker,
+beat and the relay) over real Redis to the stand-in, fed only by ``memhoncho capture``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memhoncho import ids
+from memhoncho.host import Host
+from memhoncho.models import Ledger
+from memhoncho.relay import Relay
+from memhoncho.store import hint_marks
+from memhoncho.store.ledger import write_ledger
+from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.processes import memhoncho_env
+from memhoncho.testing.runs import expected_texts, run_event
+
+KEY = "sk-relay-key"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.published: list[str] = []
+        self.fail = False
+
+    def __call__(self, conversation_id: str) -> bool:
+        if self.fail:
+            return False
+        self.published.append(conversation_id)
+        return True
+
+
+@pytest.fixture
+def quiet_host(config_dir: Path, data_dir: Path) -> Iterator[Host]:
+    write_api_key(config_dir, KEY)
+    with Host(config_dir, data_dir, hints=False) as host:
+        yield host
+
+
+def test_a_capture_that_publishes_nothing_is_hinted_once_by_the_relay(quiet_host: Host) -> None:
+    recorder = Recorder()
+    relay = Relay(quiet_host.deployment, recorder)
+    assert relay.scan(full=True).published == 0  # nothing captured yet
+    assert quiet_host.capture(run_event("conv-1", 0)).enqueued is False
+    report = relay.scan(full=False)
+    assert (report.requests, report.published) == (1, 1)
+    assert relay.scan(full=False).published == 0
+    assert relay.scan(full=True).published == 0  # the waiting hint covers the changed outbox
+    assert recorder.published == ["conv-1"]
+
+
+def test_captures_while_the_relays_hint_waits_ask_nothing_until_a_delivery_starts(
+    quiet_host: Host,
+) -> None:
+    recorder = Recorder()
+    relay = Relay(quiet_host.deployment, recorder)
+    quiet_host.capture(run_event("conv-1", 0))
+    relay.scan(full=False)
+    for i in range(1, 5):
+        quiet_host.capture(run_event("conv-1", i))
+    assert relay.scan(full=False).published == 0
+    hint_marks.taken(quiet_host.deployment.layout, ids.conversation_key("conv-1"))
+    quiet_host.capture(run_event("conv-1", 5))
+    assert relay.scan(full=False).published == 1
+    assert recorder.published == ["conv-1", "conv-1"]
+
+
+def test_a_request_whose_publish_failed_is_asked_again_and_published_at_the_next_scan(
+    quiet_host: Host,
+) -> None:
+    recorder = Recorder()
+    relay = Relay(quiet_host.deployment, recorder)
+    quiet_host.capture(run_event("conv-1", 0))
+    recorder.fail = True
+    assert relay.scan(full=False).published == 0
+    recorder.fail = False
+    assert relay.scan(full=False).published == 1
+
+
+def test_a_stale_mark_is_published_again_by_the_relay(quiet_host: Host) -> None:
+    recorder = Recorder()
+    relay = Relay(quiet_host.deployment, recorder)
+    quiet_host.capture(run_event("conv-1", 0))
+    relay.scan(full=False)
+    mark = hint_marks.mark_path(quiet_host.deployment.layout, ids.conversation_key("conv-1"))
+    old = time.time() - hint_marks.STALE_S - 1
+    os.utime(mark, (old, old))  # the hint was lost (a flushed broker)
+    assert relay.scan(full=False).published == 1
+
+
+@pytest.fixture
+def keyless_host(config_dir: Path, data_dir: Path) -> Iterator[Host]:
+    """Captures that ask for no hint (no API key yet): only the full scan finds them."""
+    with Host(config_dir, data_dir) as host:
+        yield host
+
+
+def test_the_full_scan_hints_a_changed_outbox_with_a_pending_record_once(
+    keyless_host: Host,
+) -> None:
+    recorder = Recorder()
+    relay = Relay(keyless_host.deployment, recorder)
+    keyless_host.capture(run_event("conv-1", 0))
+    assert relay.scan(full=False).published == 0
+    report = relay.scan(full=True)
+    assert (report.changed, report.published) == (1, 1)
+    assert relay.scan(full=True).published == 0  # unchanged since
+    assert recorder.published == ["conv-1"]
+
+
+def test_the_full_scan_skips_an_outbox_whose_records_are_all_delivered(
+    keyless_host: Host,
+) -> None:
+    recorder = Recorder()
+    keyless_host.capture(run_event("conv-1", 0))
+    layout = keyless_host.deployment.layout
+    key = ids.conversation_key("conv-1")
+    last = keyless_host.outbox.read(key).records[-1]["seq"]
+    write_ledger(layout, key, Ledger(conversation_id="conv-1", delivered_seq=last))
+    assert Relay(keyless_host.deployment, recorder).scan(full=True).published == 0
+
+
+def test_a_full_scan_publish_that_failed_is_tried_again_at_the_next_look(
+    keyless_host: Host,
+) -> None:
+    recorder = Recorder()
+    relay = Relay(keyless_host.deployment, recorder)
+    keyless_host.capture(run_event("conv-1", 0))
+    recorder.fail = True
+    assert relay.scan(full=True).published == 0
+    recorder.fail = False
+    assert relay.scan(full=False).published == 1  # owed, not waiting for the next full scan
+
+
+# ---- memhoncho run: worker, beat and relay, fed by memhoncho capture ---------------------
+
+READY_TIMEOUT_S = 60.0
+DELIVERY_TIMEOUT_S = 60.0  # generous on a loaded machine; about a second when idle
+
+
+@pytest.mark.slow
+def test_memhoncho_run_delivers_records_from_a_capture_command_that_published_nothing(
+    config_dir: Path, data_dir: Path, tmp_path: Path, redis_url: str, workspace_id: str
+) -> None:
+    with HonchoStandIn(api_key=KEY) as standin:
+        write_settings(
+            config_dir, base_url=standin.url, workspace_id=workspace_id, broker_url=redis_url
+        )
+        write_api_key(config_dir, KEY)
+        env = memhoncho_env(config_dir=config_dir, data_dir=data_dir, api_key=None)
+        log = tmp_path / "run.log"
+        with open(log, "wb") as out:
+            run = subprocess.Popen(
+                [sys.executable, "-m", "memhoncho", "run", "--concurrency", "1"],
+                env=env,
+                cwd=tmp_path,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        relays: list[int] = []
+        try:
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while "ready." not in log.read_text(errors="replace"):
+                assert run.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.1)
+            relays += _relay_children(run.pid)
+            assert len(relays) == 1
+            names, runs = ["hook-a", "hook-b"], 3
+            for i in range(runs):
+                for name in names:
+                    done = subprocess.run(
+                        [sys.executable, "-m", "memhoncho", "capture"],
+                        input=_json(run_event(name, i)),
+                        env=env,
+                        capture_output=True,
+                        timeout=60,
+                    )
+                    assert done.returncode == 0, done.stderr
+                    assert b'"enqueued":false' in done.stdout  # the command published nothing
+            deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+            while time.monotonic() < deadline and _held(standin, workspace_id) < 2 * runs * 2:
+                time.sleep(0.2)
+            sessions = {s["id"]: s["messages"] for s in standin.sessions(workspace_id)}
+            for name in names:
+                texts = [m["content"] for m in sessions[ids.session_id(workspace_id, name)]]
+                assert texts == expected_texts(name, runs)
+        finally:
+            run.send_signal(signal.SIGTERM)
+            try:
+                run.wait(timeout=30)
+                # The relay leaves with the worker that started it (before any cleanup kill).
+                deadline = time.monotonic() + 10
+                while any(_alive(pid) for pid in relays) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert not any(_alive(pid) for pid in relays)
+            finally:
+                try:
+                    os.killpg(run.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def _json(run: object) -> bytes:
+    import json
+
+    return json.dumps(run).encode()
+
+
+def _held(standin: HonchoStandIn, workspace_id: str) -> int:
+    return sum(len(s["messages"]) for s in standin.sessions(workspace_id))
+
+
+def _relay_children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    found = []
+    for child in (int(p) for p in text.split()):
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"relay" in cmdline:
+            found.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status
+
+
+def test_a_stale_mark_is_republished_once_not_on_every_look_while_workers_are_down(
+    quiet_host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hint_marks, "STALE_S", 0.05)
+    recorder = Recorder()
+    relay = Relay(quiet_host.deployment, recorder)
+    quiet_host.capture(run_event("conv-1", 0))
+    relay.scan(full=False)
+    for _ in range(4):
+        time.sleep(0.1)  # stale again and again: no worker takes the hint
+        relay.scan(full=False)
+    assert recorder.published == ["conv-1", "conv-1"]  # the request's, then one republish
+    quiet_host.capture(run_event("conv-1", 1))  # a capture renews the stale mark and asks
+    time.sleep(0.1)
+    relay.scan(full=False)
+    assert recorder.published == ["conv-1"] * 3

@@ -1,0 +1,74 @@
+"""Imports where they are used: one-shot commands and the capture path load no heavy client.
+
+Each check runs in a fresh interpreter, the way an operator or an agent's hook runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.runs import run_event
+
+HEAVY = ("celery", "kombu", "redis", "honcho")
+REPORT = "import sys; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+
+
+def _loaded_after(code: str, cwd: Path) -> list[str]:
+    script = f"{code}\n{REPORT.format(heavy=HEAVY)}"
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1].replace("'", '"'))
+    return loaded
+
+
+def test_import_memhoncho_loads_no_celery_kombu_redis_or_honcho(tmp_path: Path) -> None:
+    assert (
+        _loaded_after("import memhoncho; memhoncho.Host; memhoncho.CaptureResult", tmp_path) == []
+    )
+
+
+def test_memhoncho_status_loads_none_of_them_with_the_embedded_broker(tmp_path: Path) -> None:
+    code = "from memhoncho import cli; cli.main(['status', '--json'])"
+    assert _loaded_after(code, tmp_path) == []
+
+
+def test_memhoncho_doctor_help_loads_none_of_them(tmp_path: Path) -> None:
+    code = (
+        "from memhoncho import cli\n"
+        "try:\n    cli.main(['doctor', '--help'])\nexcept SystemExit:\n    pass"
+    )
+    assert _loaded_after(code, tmp_path) == []
+
+
+def test_a_host_capture_with_no_key_loads_none_of_them(tmp_path: Path) -> None:
+    code = (
+        "from memhoncho import Host\n"
+        f"with Host({str(tmp_path / 'config')!r}, {str(tmp_path / 'data')!r}) as host:\n"
+        f"    assert host.capture({run_event('c1', 0)!r}).status == 'captured'"
+    )
+    assert _loaded_after(code, tmp_path) == []
+
+
+@pytest.mark.parametrize("hints", [False, True])
+def test_the_capture_command_loads_none_of_them_even_with_a_broker_configured(
+    tmp_path: Path, hints: bool
+) -> None:
+    config = tmp_path / "config"
+    write_settings(config, broker_url="redis://127.0.0.1:9/0")  # nothing listens there
+    write_api_key(config, "sk-lazy")
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(run_event("c1", 0)))
+    argv = ["--config-dir", str(config), "--data-dir", str(tmp_path / "data"), "capture"]
+    argv += ["--file", str(run)] + (["--hint"] if hints else [])
+    code = f"from memhoncho import cli; assert cli.main({argv!r}) == 0"
+    loaded = _loaded_after(code, tmp_path)
+    # Without --hint nothing loads; with it the publish loads kombu and Celery, on its thread.
+    assert loaded == ([] if not hints else ["celery", "kombu", "redis"])
