@@ -402,3 +402,22 @@ def test_the_census_counters_agree_with_the_records_after_every_kind_of_change(
     store.remove_outbox("b")  # an operator's purge
     assert counted() == actual() == (2, 8)
     assert store.census().conversations_pending == 1
+
+
+def test_the_store_migrate_command_reports_what_it_copied_and_copies_nothing_twice(
+    config_dir: Path, data_dir: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from memhoncho.cli import main
+
+    with Host(config_dir, data_dir) as host:
+        for i in range(3):
+            host.capture(run_event(CONVERSATION, i))
+    args = ["store", "migrate", "--to", postgres_url, "--json", "--data-dir", str(data_dir)]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert (first["records_copied"], second["records_copied"]) == (3, 0)
+    assert second["records_present"] == 3
