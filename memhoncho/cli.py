@@ -167,6 +167,23 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 1 if report.left else 0
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    """Read-only: is each conversation in Honcho exactly once, in order? Exit 1 if not."""
+    from memhoncho.upkeep import audit
+
+    def progress(done: int, total: int) -> None:
+        if sys.stderr.isatty():
+            end = "\n" if done == total else ""
+            print(f"\raudit: {done}/{total} conversations", end=end, file=sys.stderr, flush=True)
+
+    report = audit.audit(_context(args), args.conversation, progress=progress)
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        print(audit.render(report))
+    return 0 if report.ok else 1
+
+
 def _cmd_stand_in(args: argparse.Namespace) -> int:
     from memhoncho.testing import serve
 
@@ -357,6 +374,11 @@ def _build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--conversation", help="only this conversation's dead letters")
     replay.add_argument("--json", action="store_true", help="the replay report as JSON")
     replay.set_defaults(handler=_cmd_replay)
+
+    audit = sub.add_parser("audit", help="compare what Honcho holds with the ledgers (read-only)")
+    audit.add_argument("--conversation", help="only this conversation")
+    audit.add_argument("--json", action="store_true", help="the audit as JSON")
+    audit.set_defaults(handler=_cmd_audit)
 
     stand_in = sub.add_parser("stand-in", help="serve the Honcho stand-in (a test double)")
     stand_in.add_argument("--port", type=int, default=8000)

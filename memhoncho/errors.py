@@ -20,7 +20,8 @@ default message.
     ├── ConfigError                     ERR_CONFIG
     │   └── MissingApiKey               ERR_NO_API_KEY
     ├── LockBusy                        ERR_LOCK_BUSY
-    │   └── ForkWaiting                 ERR_FORK_WAITING
+    │   ├── ForkWaiting                 ERR_FORK_WAITING
+    │   └── InFlightSettling            ERR_IN_FLIGHT_SETTLING
     └── HonchoFailure                   ERR_HONCHO
         ├── HonchoUnavailable           ERR_HONCHO_UNAVAILABLE
         ├── HonchoRateLimited           ERR_HONCHO_RATE_LIMITED
@@ -147,6 +148,16 @@ class ForkWaiting(LockBusy):
     """The fork's parent has not delivered up to the fork point yet; try again shortly."""
 
     code = "ERR_FORK_WAITING"
+
+
+class InFlightSettling(LockBusy):
+    """A send whose outcome is unclear may still land in Honcho; try again when it cannot."""
+
+    code = "ERR_IN_FLIGHT_SETTLING"
+
+    def __init__(self, message: str | None = None, *, wait_s: float = 0.0, **details: Any) -> None:
+        super().__init__(message, wait_s=round(wait_s, 3), **details)
+        self.wait_s = wait_s  #: seconds until the fence opens
 
 
 class HonchoFailure(MemhonchoError):

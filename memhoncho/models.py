@@ -161,6 +161,9 @@ class Ledger(BaseModel):
     #: captured again with other content is refused (RunConflict) even after compaction
     delivered_digests: dict[str, str] = Field(default_factory=dict)
     in_flight: list[str] = Field(default_factory=list)  #: outbox message ids of the open send
+    #: when the open send began (wall clock, comparable across processes); None on a ledger
+    #: written before this was recorded: the mark is then fenced from when it is found
+    in_flight_since: float | None = None
     #: outbox message ids already delivered of the first record past ``delivered_seq`` (a
     #: record split across two calls), so a resumed delivery never sends them again
     delivered_partial: list[str] = Field(default_factory=list)

@@ -52,6 +52,10 @@ class Settings(BaseModel):
     max_batch_bytes: int = Field(1024 * 1024, ge=1024)
     max_pending_batches: int = Field(10_000, ge=1)
     honcho_timeout_s: float = Field(30.0, gt=0)
+    #: after a send's start + honcho_timeout_s, how long Honcho may still commit it (the fence)
+    send_settle_s: float = Field(30.0, ge=0)
+    #: False turns the fence off: only to show what it prevents (duplicates), never in use
+    send_fence: bool = True
     chat_timeout_s: float = Field(120.0, gt=0)
     tool_timeout_s: float = Field(30.0, gt=0)
     fork_wait_s: float = Field(600.0, ge=0)

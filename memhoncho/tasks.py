@@ -74,6 +74,8 @@ LOCK_RETRY_S = 0.5  # seconds (jittered 0.5x..1.5x): another worker holds the co
 FORK_RETRY_S = 5.0  # seconds (jittered): a fork waits for its parent's delivery
 STORE_RETRY_S = 5.0  # seconds (jittered): the store's database is out of reach
 STORE_MAX_RETRIES = 24  # retries of one hint (about two minutes) before the sweep takes over
+#: seconds at most added to a fence's wait, so retries of many fenced marks spread out
+FENCE_SLACK_S = 0.25
 #: Honcho failures in a row with no message delivered between them before the hint is
 #: dropped (the records stay pending; the sweep re-drives them)
 DELIVER_MAX_FAILURES = 20
@@ -94,11 +96,21 @@ def deliver(self: Any, conversation_id: str, **_retired: Any) -> dict[str, Any] 
     by an earlier version may still carry them as ``failures``/``held``: ignored).
     """
     from memhoncho.delivery import engine as delivery
-    from memhoncho.errors import ForkWaiting, HonchoFailure, LockBusy, StoreUnavailable
+    from memhoncho.errors import (
+        ForkWaiting,
+        HonchoFailure,
+        InFlightSettling,
+        LockBusy,
+        MemhonchoError,
+        StoreUnavailable,
+    )
 
     deployment = task_context(self.app)
     try:
         report = delivery.deliver_conversation(deployment, conversation_id)
+    except InFlightSettling as exc:  # back when the fence opens; the failure count carries on
+        countdown = exc.wait_s + random.uniform(0.0, FENCE_SLACK_S)
+        raise self.retry(countdown=countdown) from None
     except ForkWaiting:
         raise self.retry(countdown=_jittered(FORK_RETRY_S)) from None
     except LockBusy:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest_plugins = ["memhoncho.testing.pytest_plugin"]
-
-REDIS_URL = os.environ.get("MEMHONCHO_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 
 
 @pytest.fixture(autouse=True)
@@ -24,22 +23,25 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MEMHONCHO_DATA_DIR", str(tmp_path / "data"))
 
 
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    """A real, empty Redis database: skipped without one on a laptop, a failure in CI."""
-    import redis
+@pytest.fixture(scope="session")
+def _redis_place() -> Iterator[Any]:
+    """This session's own Redis: MEMHONCHO_TEST_REDIS_URL, else a private redis-server on a
+    free port, else a locked, empty database on 127.0.0.1:6379 (``testing/redis_place.py``)."""
+    from memhoncho.testing.redis_place import session_place
 
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        client.ping()
-    except redis.RedisError:
+    with session_place() as place:
+        yield place
+
+
+@pytest.fixture
+def redis_url(_redis_place: Any) -> Iterator[str]:
+    """A real, empty Redis database: skipped without one on a laptop, a failure in CI."""
+    if not _redis_place.url:
         if os.environ.get("CI"):
-            pytest.fail(f"Redis is not reachable at {REDIS_URL} (CI must start it)")
-        pytest.skip(f"Redis is not reachable at {REDIS_URL}")
-    client.flushdb()
-    yield REDIS_URL
-    client.flushdb()
-    client.close()
+            pytest.fail(f"no Redis for the tests: {_redis_place.reason}")
+        pytest.skip(f"no Redis for the tests: {_redis_place.reason}")
+    _redis_place.fresh()
+    yield _redis_place.url
 
 
 @pytest.fixture(autouse=True)

@@ -19,8 +19,9 @@ parent's conversation lock (held by the caller), so the parent carries one tag a
 A worker killed mid-request leaves that request to land later: a clone saved after the retry
 looked for it, or a metadata write that clobbers the next clone's tag. So every writer marks
 the parent (``state/forks/cloning/<parent>.json``) for the span of its writes, and whoever
-finds a mark left behind first waits ``settle_s`` (the client timeout) from taking the lock,
-after which whatever the dead writer had in flight has landed or never will.
+finds a mark left behind fences it (``fence.py``, the same fence as a delivery's in-flight
+mark) from taking the lock, after which whatever the dead writer had in flight has landed or
+never will.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memhoncho.errors import ForkWaiting, HonchoRejected
+from memhoncho.delivery import fence
+from memhoncho.errors import HonchoRejected
 from memhoncho.honcho import adapter
 from memhoncho.models import CloneIntent, CloneStage, ForkDecision, Ledger
+from memhoncho.settings import Settings
 from memhoncho.store.base import Store
 from memhoncho.store.forks import ForkRecord
 
@@ -47,7 +50,6 @@ FORK_CHILD_KEY = "memhoncho_fork_child"  #: on a clone: the child conversation's
 FORK_TAG_KEY = "memhoncho_fork_tag"  #: on a clone: the tag of the intent that made it
 ENTRY_ID_KEY = "entry_id"  #: message metadata: the host's transcript entry (capture.py)
 
-SETTLE_SLEEP_MAX_S = 5.0  # seconds a resolution sleeps for lost requests to land, not more
 
 #: Tests observe the named steps of a resolution (e.g. to SIGKILL a process at one); none in use.
 STEP_OBSERVERS: list[Callable[[str], None]] = []
@@ -72,7 +74,7 @@ class Clone:
         user_peer_id: str,
         agent_peer_id: str,
         anchor_window: int,
-        settle_s: float,
+        settings: Settings,
     ) -> None:
         self.store = store
         self.client = client
@@ -82,7 +84,7 @@ class Clone:
         self.user_peer_id = user_peer_id
         self.agent_peer_id = agent_peer_id
         self.anchor_window = anchor_window
-        self.settle_s = settle_s
+        self.settings = settings  #: for the fence (honcho_timeout_s, send_settle_s)
 
     def start(
         self, ledger: Ledger, parent_session_id: str, anchor_entry: int, anchor_message_id: str
@@ -178,8 +180,9 @@ class Clone:
         after the last; found here (under the parent's lock) it means the last holder died or
         failed with requests perhaps still in flight: a clone that would be saved late, or a
         metadata write that would clobber this attempt's tag. Its death came before this lock
-        was taken, so ``settle_s`` (the client timeout) after the fence began, they have
-        landed. A short wait is slept; a long one is a ForkWaiting (the fence start is kept).
+        was taken, so those requests began before the fence's start, which is recorded the
+        first time the marker is found (and kept across retries). Until the fence opens this
+        raises InFlightSettling with the wait, and the task comes back after it.
         """
         marker = self.store.read_clone_marker(self.parent_key)
         if marker is not None:
@@ -187,13 +190,7 @@ class Clone:
             if not isinstance(fence_at, float):
                 fence_at = time.time()
                 self.store.write_clone_marker(self.parent_key, {"fence_at": fence_at})
-            remaining = fence_at + self.settle_s - time.time()
-            if remaining > SETTLE_SLEEP_MAX_S:
-                raise ForkWaiting(
-                    "an interrupted clone's requests may still be landing; trying again shortly"
-                )
-            if remaining > 0:
-                time.sleep(remaining)
+            fence.check(fence_at, self.settings, "an interrupted clone's request")
         self.store.write_clone_marker(self.parent_key, {"writing_since": time.time()})
 
     def _find(self, tag: str, parent_sid: str) -> str | None:

@@ -5,11 +5,13 @@ a duplicate or late call is harmless. Under the conversation lock it reads the l
 pending records, establishes the Honcho session if the ledger has none (a pending fork first),
 then sends every pending message coalesced, up to 100 a call.
 
-Exactly once: before each call the ledger names the outbox ids in flight; every message carries
-its outbox id in metadata. A failed call whose outcome is unclear leaves the mark, and the next
-attempt (or one finding a mark at start) asks Honcho which of those it holds and sends only the
-rest. Failures are raised for the caller to retry (``adapter.classify``) or give up; the records
-stay pending either way, and the sweep re-drives them.
+Exactly once: before each call the ledger names the outbox ids in flight and when the send
+began; every message carries its outbox id in metadata. Any failed call keeps the mark (only a
+400 or 422 proves nothing was stored), and the next attempt, once the fence has opened (the
+send can no longer land, ``fence.py``), asks Honcho which of those it holds and sends only the
+rest. Before that it hands back (``InFlightSettling``, with the wait). Failures are raised for
+the caller to retry (``adapter.classify``) or give up; the records stay pending either way, and
+the sweep re-drives them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from memhoncho import ids
 from memhoncho.capture import AGENT, OUTBOX_ID_KEY
-from memhoncho.delivery import forks
+from memhoncho.delivery import fence, forks
 from memhoncho.delivery.fold import Pending, fold, pending_messages
 from memhoncho.deployment import Deployment
 from memhoncho.errors import HonchoFailure, MemhonchoError
@@ -71,7 +73,8 @@ def deliver_conversation(
     """Deliver what is pending for ``conversation_id``; LockBusy if another worker is at it.
 
     Raises the memhoncho error of a failed Honcho call (after recording it in the ledger),
-    MissingApiKey when there is work but no key, ForkWaiting while a fork's parent lags.
+    MissingApiKey when there is work but no key, ForkWaiting while a fork's parent lags,
+    InFlightSettling (with ``wait_s``) while an earlier send may still land.
     """
     key = ids.conversation_key(conversation_id)
     with deployment.store().conversation_lock(key, timeout_s=0):
@@ -113,6 +116,8 @@ class _Delivery:
         self.records = self.store.pending(self.key, self.ledger.delivered_seq)
         if not self.records and not self.ledger.in_flight:
             return self.report
+        if self.ledger.in_flight:
+            self._fence()  # before any call: nothing is read or sent while the send may land
         client = adapter.write_client(self.deployment.honcho_target())  # MissingApiKey: no key
         first = self.ledger.messages_delivered == 0
         try:
@@ -175,18 +180,33 @@ class _Delivery:
             extra={"action": "session_established", "conversation_key": self.key},
         )
 
-    def _ensure_peer(self, client: Honcho, user_peer: str) -> None:
-        """A user peer this session has not been configured for (an owner changed)."""
+    def _ensure_peer(self, client: Honcho, user_peer: str) -> bool:
+        """A user peer this session has not been configured for (an owner changed): True
+        when that took calls."""
         if user_peer in self.ensured_peers:
-            return
+            return False
         assert self.ledger.session_id is not None
         adapter.ensure_session(
             client, self.ledger.session_id, user_peer, self.settings.agent_peer_id
         )
         self.report.calls += 3
         self.ensured_peers.add(user_peer)
+        return True
 
     # ---- exactly once ---------------------------------------------------------------
+
+    def _fence(self) -> None:
+        """InFlightSettling while the open mark's send may still land in Honcho.
+
+        A mark of unknown start (a ledger from before starts were recorded) is fenced from
+        now: its send began before this lock was taken, so it cannot be later than that.
+        """
+        since = self.ledger.in_flight_since
+        if since is None:
+            since = time.time()
+            self.ledger = self.ledger.model_copy(update={"in_flight_since": since})
+            self.store.write_ledger(self.key, self.ledger)
+        fence.check(since, self.settings, "an earlier send of this conversation")
 
     def _reconcile(self, client: Honcho) -> None:
         """An open in-flight mark: learn which of its ids Honcho holds, fold them, clear it."""
@@ -196,7 +216,9 @@ class _Delivery:
         )
         self.report.calls += 1 + (len(self.ledger.in_flight) - 1) // adapter.FILTER_CHUNK
         before = self.ledger.messages_delivered
-        self.ledger = self._folded(dict(found)).model_copy(update={"in_flight": []})
+        self.ledger = self._folded(dict(found)).model_copy(
+            update={"in_flight": [], "in_flight_since": None}
+        )
         self.store.write_ledger(self.key, self.ledger)
         self.report.recovered_messages += self.ledger.messages_delivered - before
         log.info(
@@ -221,25 +243,34 @@ class _Delivery:
         sending, rest = chunks[:budget], chunks[budget:]
         assert self.ledger.session_id is not None
         sid = self.ledger.session_id
-        # One write per call: the mark of the next chunk goes with the outcome of the last.
-        self.ledger = self.ledger.model_copy(
-            update={"in_flight": [p.outbox_id for p in sending[0]], "last_error": None}
-        )
-        self.store.write_ledger(self.key, self.ledger)
+        # One write per call: the mark of the next chunk goes with the outcome of the last,
+        # stamped with its start; a peer setup between them (calls that may take a client
+        # timeout each) restamps it, so the fence always counts from the send itself.
+        self._write_mark(sending[0], last_error=None)
         for index, chunk in enumerate(sending):
-            for item in chunk:
-                self._ensure_peer(client, self._author(item))
+            ensured = [self._ensure_peer(client, self._author(item)) for item in chunk]
+            if any(ensured):
+                self._write_mark(chunk)
             self.report.calls += 1
             try:
                 honcho_ids = adapter.add_messages(client, sid, [self._outgoing(p) for p in chunk])
             except MemhonchoError as exc:
-                if not adapter.classify(exc, 1).unclear:  # provably not stored: no mark needed
-                    self.ledger = self.ledger.model_copy(update={"in_flight": []})
+                # Only a refusal proves nothing was stored; any other failure (a 429 or a
+                # 5xx too) keeps the mark for a fenced reconcile before anything is resent.
+                if adapter.proves_refusal(exc):
+                    self.ledger = self.ledger.model_copy(
+                        update={"in_flight": [], "in_flight_since": None}
+                    )
                 raise
             following = sending[index + 1] if index + 1 < len(sending) else []
             self.ledger = self._folded(
                 dict(zip((p.outbox_id for p in chunk), honcho_ids, strict=True))
-            ).model_copy(update={"in_flight": [p.outbox_id for p in following]})
+            ).model_copy(
+                update={
+                    "in_flight": [p.outbox_id for p in following],
+                    "in_flight_since": time.time() if following else None,
+                }
+            )
             self.store.write_ledger(self.key, self.ledger)
             self.report.delivered_messages += len(chunk)
         self.report.state = DeliveryState.MORE if rest else DeliveryState.DELIVERED
@@ -252,6 +283,17 @@ class _Delivery:
                 "calls": self.report.calls,
             },
         )
+
+    def _write_mark(self, chunk: list[Pending], **update: Any) -> None:
+        """The write-ahead mark: these ids are about to be sent, starting now."""
+        self.ledger = self.ledger.model_copy(
+            update={
+                "in_flight": [p.outbox_id for p in chunk],
+                "in_flight_since": time.time(),
+                **update,
+            }
+        )
+        self.store.write_ledger(self.key, self.ledger)
 
     def _folded(self, delivered: dict[str, str | None]) -> Ledger:
         folded = fold(

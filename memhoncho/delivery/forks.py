@@ -25,6 +25,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.errors import (
     ForkRefused,
     ForkWaiting,
+    InFlightSettling,
     InvalidInput,
     LockBusy,
     MemhonchoError,
@@ -298,7 +299,7 @@ def _clone(
         user_peer_id=_user_peer_id(deployment.store(), key, ledger, parent_ledger),
         agent_peer_id=settings.agent_peer_id,
         anchor_window=settings.anchor_window,
-        settle_s=settings.honcho_timeout_s,
+        settings=settings,
     )
 
 
@@ -332,7 +333,7 @@ def resolve_fork_now(deployment: Deployment, child_id: str) -> dict[str, Any]:
             else:
                 client = adapter.write_client(deployment.honcho_target())
                 ledger = resolve_pending_fork(deployment, client, key, child_id, ledger)
-    except ForkWaiting as exc:
+    except (ForkWaiting, InFlightSettling) as exc:
         return {**result, "status": "waiting", "reason": exc.message}
     except LockBusy:
         return {**result, "status": "busy"}

@@ -28,7 +28,7 @@ from honcho.peer import Peer
 from honcho.session import Session
 
 from memhoncho.errors import HonchoNoLLM, HonchoRejected, HonchoUnavailable, MemhonchoError
-from memhoncho.honcho.retry import RetryDecision, backoff_s, classify, translate
+from memhoncho.honcho.retry import RetryDecision, backoff_s, classify, proves_refusal, translate
 
 __all__ = [
     "HonchoTarget",
@@ -45,6 +45,7 @@ __all__ = [
     "find_outbox_ids",
     "find_sessions",
     "list_messages",
+    "proves_refusal",
     "read_client",
     "representation",
     "search_user_messages",

@@ -73,10 +73,23 @@ def classify(exc: BaseException, attempt: int) -> RetryDecision:
         delay = error.retry_after_s
         if delay is None:
             delay = backoff_s(attempt)
-        return RetryDecision(retry=True, delay_s=delay, unclear=False, error=error)
+        return RetryDecision(retry=True, delay_s=delay, unclear=unclear, error=error)
     if isinstance(error, HonchoUnavailable | HonchoTimeout):
         return RetryDecision(retry=True, delay_s=backoff_s(attempt), unclear=unclear, error=error)
     return RetryDecision(retry=False, delay_s=None, unclear=unclear, error=error)
+
+
+#: The statuses that prove a write stored nothing: Honcho refused the request as a whole
+#: (validation runs before any row is written). Nothing else does: a 429 or a 5xx may come
+#: from a gateway after the server committed, and a timeout or a dropped connection from
+#: anywhere, so after any other failure the write is reconciled before it is sent again.
+REFUSAL_STATUSES = frozenset({400, 422})
+
+
+def proves_refusal(exc: BaseException) -> bool:
+    """Whether ``exc`` proves its write stored nothing (only a 400 or a 422 does)."""
+    error = translate(exc)
+    return isinstance(error, HonchoRejected) and error.status in REFUSAL_STATUSES
 
 
 def translate(exc: BaseException) -> MemhonchoError:
@@ -88,8 +101,13 @@ def translate(exc: BaseException) -> MemhonchoError:
         after = exc.retry_after
         if after is not None:
             after = min(max(after, 0.0), RETRY_AFTER_CAP_S)
+        # unclear: a gateway may answer 429 for a request the server behind it committed
         return HonchoRateLimited(
-            "Honcho rate-limited the call (429)", status=429, retry_after_s=after, sdk_error=name
+            "Honcho rate-limited the call (429)",
+            status=429,
+            retry_after_s=after,
+            sdk_error=name,
+            unclear=True,
         )
     if isinstance(exc, sdk.ServerError):
         return HonchoUnavailable(
@@ -164,7 +182,9 @@ def _rejected(exc: sdk.APIError) -> MemhonchoError:
 
 def _from_status(status: int, name: str) -> MemhonchoError:
     if status == 429:
-        return HonchoRateLimited("Honcho rate-limited the call (429)", status=429, sdk_error=name)
+        return HonchoRateLimited(
+            "Honcho rate-limited the call (429)", status=429, sdk_error=name, unclear=True
+        )
     if status >= 500:
         return HonchoUnavailable(
             f"Honcho answered with a server error ({status})",

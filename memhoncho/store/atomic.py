@@ -1,16 +1,37 @@
 """Atomic state-file writes: temp file in the same directory, fsync, replace, fsync the directory.
 
 Every state file in the project is written through ``write_json`` or ``write_bytes``, so a
-crash leaves either the old file or the new one, never a torn one.
+crash leaves either the old file or the new one, never a torn one. A write the disk refuses (full,
+read-only, quota) is a ``StoreError`` (``ERR_STORE``) naming the file and the reason, so a full
+disk is the same typed error in capture, delivery and the sweep.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from memhoncho.errors import StoreError
+
+
+@contextmanager
+def refused_as_store_error(path: Path) -> Iterator[None]:
+    """An OSError of a write becomes a StoreError that names the file, not its content."""
+    try:
+        yield
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise StoreError(
+            f"could not write {path.name} ({reason})",
+            file=path.name,
+            errno=errno.errorcode.get(exc.errno or 0),
+        ) from exc
 
 
 def fsync_dir(directory: Path) -> None:
@@ -23,7 +44,12 @@ def fsync_dir(directory: Path) -> None:
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably."""
+    """Replace ``path`` with ``data`` atomically and durably (StoreError if the disk refuses)."""
+    with refused_as_store_error(path):
+        _write_bytes(path, data)
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -52,7 +78,13 @@ def read_json(path: Path) -> Any:
 
 
 def append_durably(path: Path, data: bytes) -> None:
-    """Append whole lines to ``path`` (a side file: dead letters, quarantine) and fsync."""
+    """Append whole lines to ``path`` (a side file: dead letters, quarantine) and fsync
+    (StoreError if the disk refuses)."""
+    with refused_as_store_error(path):
+        _append(path, data)
+
+
+def _append(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     created = not path.exists()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from memhoncho.errors import CorruptFile
 from memhoncho.models import ForkDecision
-from memhoncho.store.atomic import append_durably, fsync_dir, write_json
+from memhoncho.store.atomic import append_durably, fsync_dir, refused_as_store_error, write_json
 from memhoncho.store.layout import Layout
 
 DECISIONS_FILE = "decisions.jsonl"
@@ -59,6 +59,11 @@ def create_fork(layout: Layout, key: str, record: ForkRecord) -> bool:
     ``os.link`` of a fully written temp file makes creation both atomic and exclusive.
     """
     path = layout.pending_fork(key)
+    with refused_as_store_error(path):
+        return _create(path, record)
+
+
+def _create(path: Path, record: ForkRecord) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from memhoncho.errors import LockBusy
+from memhoncho.store.atomic import refused_as_store_error
 
 POLL_S = 0.005  # seconds between attempts while waiting for a lock
 
@@ -26,11 +27,12 @@ def file_lock(path: Path, *, timeout_s: float | None = None) -> Iterator[None]:
 
     ``timeout_s=None`` blocks; ``0`` tries once. Raises LockBusy when it cannot be had in time.
     """
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    with refused_as_store_error(path):  # creating it can meet a full disk
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         if timeout_s is None:
             fcntl.flock(fd, fcntl.LOCK_EX)

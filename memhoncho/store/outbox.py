@@ -28,7 +28,7 @@ from typing import cast
 
 from memhoncho.errors import CaptureTooLarge, OutboxCapacity, RunConflict, StoreError
 from memhoncho.models import Record
-from memhoncho.store.atomic import append_durably, fsync_dir, write_bytes
+from memhoncho.store.atomic import append_durably, fsync_dir, refused_as_store_error, write_bytes
 from memhoncho.store.layout import Layout
 from memhoncho.store.locks import file_lock
 
@@ -164,6 +164,11 @@ _APPEND_FLAGS = os.O_RDWR | os.O_APPEND
 
 def _open_for_append(path: Path) -> tuple[int, bool]:
     """An append descriptor, and whether this call created the file (its dir needs an fsync)."""
+    with refused_as_store_error(path):  # a new conversation's file can meet a full disk
+        return _open_or_create(path)
+
+
+def _open_or_create(path: Path) -> tuple[int, bool]:
     try:
         return os.open(path, _APPEND_FLAGS), False
     except FileNotFoundError:

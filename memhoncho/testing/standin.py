@@ -245,6 +245,14 @@ class HonchoStandIn:
                 return list(session["messages"])
         return []
 
+    def plant_messages(
+        self, workspace: str, session_id: str, messages: list[dict[str, Any]]
+    ) -> None:
+        """Replace the session's stored messages (as ``messages`` gave them): damage planted
+        for an audit to find, which no API call could make (a gap, a swap)."""
+        with self._lock:
+            self._store.session(workspace, session_id).messages[:] = [dict(m) for m in messages]
+
     def peer_config(self, workspace: str, session_id: str, peer_id: str) -> dict[str, Any] | None:
         """The member's session config as stored ({} for an auto-added author), None if absent."""
         for session in self.sessions(workspace):
@@ -319,6 +327,11 @@ class HonchoStandIn:
         latency_s, fault = self.faults.pick(method, path)
         if latency_s:
             self._stopping.wait(latency_s)
+        if fault is not None and fault.kind == "late_commit":
+            # The client gives up during the hold; the server commits anyway, answering no one.
+            self._stopping.wait(fault.sleep_s)
+            self._authorized(method, path, query, body, headers)
+            return None
         if fault is not None and not fault.commits:
             return self._strike(fault)
         answer = self._authorized(method, path, query, body, headers)

@@ -1,8 +1,8 @@
 """Fault injection for the Honcho stand-in: a thread-safe plan of what to break, and when.
 
-A fault matches a request by method and path substring, fires with a probability (seeded,
-so a run repeats) and at most ``count`` times. The server asks ``plan.pick(method, path)``
-once per request and acts on the fault it gets back.
+A fault matches a request by method, path substring and path ending, fires with a probability
+(seeded, so a run repeats) and at most ``count`` times. The server asks
+``plan.pick(method, path)`` once per request and acts on the fault it gets back.
 """
 
 from __future__ import annotations
@@ -12,16 +12,21 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: Kinds of fault and what each does to a matching request.
+#: Kinds of fault and what each does to a matching request. With ``after_commit=True`` the
+#: status and drop faults strike after the request was applied: a gateway answering 429 or
+#: 5xx for a request the server committed, a response lost on its way back.
 KINDS = {
-    "http_500": "answer 500 before doing anything",
-    "http_503": "answer 503 before doing anything",
-    "http_429": "answer 429 with Retry-After before doing anything",
+    "http_500": "answer 500 before doing anything (after_commit: apply it, then answer 500)",
+    "http_503": "answer 503 before doing anything (after_commit: apply it, then answer 503)",
+    "http_429": "answer 429 with Retry-After before doing anything (after_commit: apply it first)",
     "timeout_before_commit": "sleep past the client's timeout, change nothing, answer nothing",
     "timeout_after_commit": "apply the request, sleep past the client's timeout, answer nothing",
+    "late_commit": "hold the request for sleep_s (past the client's timeout), then apply it",
     "drop_connection": "close the socket without an answer, before or after applying the request",
     "latency_ms": "wait this long, then handle the request normally",
 }
+#: The kinds ``after_commit`` applies to.
+AFTER_COMMIT_KINDS = frozenset({"http_500", "http_503", "http_429", "drop_connection"})
 DEFAULT_SLEEP_S = 2.0  # seconds a timeout fault holds the request
 DEFAULT_RETRY_AFTER_S = 1.0  # seconds sent in Retry-After
 
@@ -33,13 +38,14 @@ class Fault:
     kind: str
     count: int | None = 1
     path_contains: str | None = None
+    path_endswith: str | None = None  #: e.g. "/messages": the writes, not "/messages/list"
     method: str | None = None
     probability: float = 1.0
     seed: int | None = None
     retry_after_s: float = DEFAULT_RETRY_AFTER_S
     sleep_s: float = DEFAULT_SLEEP_S
     latency_ms: float = 0.0
-    after_commit: bool = False  # drop_connection only
+    after_commit: bool = False  # AFTER_COMMIT_KINDS only
     id: int = 0
     fired: int = 0
     _rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
@@ -51,17 +57,22 @@ class Fault:
             raise ValueError("probability must be within 0..1")
         if self.count is not None and self.count < 1:
             raise ValueError("count must be at least 1, or None for every request")
+        if self.after_commit and self.kind not in AFTER_COMMIT_KINDS:
+            raise ValueError(f"after_commit applies to {sorted(AFTER_COMMIT_KINDS)} only")
         self._rng = random.Random(self.seed)
 
     @property
     def commits(self) -> bool:
-        """Whether the request is applied before the fault strikes."""
+        """Whether the request is applied before the fault strikes (a late commit is not:
+        it is applied after the fault's hold)."""
         return self.kind == "timeout_after_commit" or (
-            self.kind == "drop_connection" and self.after_commit
+            self.kind in AFTER_COMMIT_KINDS and self.after_commit
         )
 
     def matches(self, method: str, path: str) -> bool:
         if self.method is not None and self.method.upper() != method.upper():
+            return False
+        if self.path_endswith is not None and not path.rstrip("/").endswith(self.path_endswith):
             return False
         return self.path_contains is None or self.path_contains in path
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 from pathlib import Path
@@ -263,8 +264,48 @@ def test_an_interrupted_atomic_write_leaves_the_old_file_and_no_temp_file(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", no_space)
-    with pytest.raises(OSError):
+    with pytest.raises(StoreError) as refused:
         write_bytes(path, b"new")
+    assert refused.value.code == "ERR_STORE" and refused.value.details["errno"] == "ENOSPC"
     monkeypatch.undo()
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def _no_space(*_: object) -> int:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_torn_tail_met_by_a_capture_on_a_full_disk_is_a_store_error_and_loses_nothing(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outbox = Outbox(layout)
+    for batch in ("b1", "b2"):
+        _append(outbox, batch)
+    path = layout.outbox(KEY)
+    torn = path.read_bytes() + b'0000 {"torn'
+    path.write_bytes(torn)
+    monkeypatch.setattr(os, "write", _no_space)  # the quarantine write meets the full disk
+    with pytest.raises(StoreError) as refused:
+        _append(Outbox(layout), "b3")
+    monkeypatch.undo()
+    assert refused.value.code == "ERR_STORE"
+    assert path.read_bytes() == torn  # not repaired, not appended: as it was
+    assert not _append(Outbox(layout), "b3").duplicate  # room again: repaired, then appended
+    assert _batches(outbox) == ["b1", "b2", "b3"]
+
+
+def test_a_new_conversation_on_a_full_disk_is_a_store_error(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout.outbox(KEY).parent.mkdir(parents=True)
+    real_open = os.open
+
+    def no_inode(path: object, flags: int, *args: object) -> int:
+        if flags & os.O_CREAT:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, flags, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", no_inode)
+    with pytest.raises(StoreError):
+        _append(Outbox(layout), "b1")

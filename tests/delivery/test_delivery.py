@@ -5,6 +5,9 @@ Every test runs on both stores (the ``store_url`` fixture): the files and Postgr
 
 from __future__ import annotations
 
+import errno
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,7 @@ import pytest
 
 from memhoncho import ids
 from memhoncho.capture import OUTBOX_ID_KEY
-from memhoncho.delivery import forks
+from memhoncho.delivery import fence, forks
 from memhoncho.delivery.engine import DeliveryState, deliver_conversation, failures_in_a_row
 from memhoncho.deployment import Deployment
 from memhoncho.errors import (
@@ -20,8 +23,10 @@ from memhoncho.errors import (
     HonchoRejected,
     HonchoTimeout,
     HonchoUnavailable,
+    InFlightSettling,
     LockBusy,
     MissingApiKey,
+    StoreError,
 )
 from memhoncho.honcho import adapter
 from memhoncho.host import Host
@@ -36,6 +41,7 @@ CONVERSATION = "conv-1"
 OWNER = "ana@example.com"
 FAST_TIMEOUT_S = 0.5  # seconds: the client's Honcho timeout where a timeout fault is planned
 FAULT_SLEEP_S = 1.0  # seconds a timeout fault holds the request: past FAST_TIMEOUT_S
+SETTLE_S = 0.2  # seconds: the fence's settle margin (the fence: 4 x 0.5 + 0.2 > FAULT_SLEEP_S)
 
 
 pytestmark = pytest.mark.standin(api_key=KEY)
@@ -52,6 +58,7 @@ def settings(
         KEY,
         honcho_timeout_s=FAST_TIMEOUT_S,
         store_url=store_url,
+        send_settle_s=SETTLE_S,
     )
 
 
@@ -72,6 +79,16 @@ def sends(standin: HonchoStandIn) -> int:
         for method, path, _ in standin.state()["requests"]
         if method == "POST" and path.endswith("/messages")
     )
+
+
+def deliver_after_fence(deployment: Deployment, conversation: str = CONVERSATION) -> Any:
+    """Deliver, coming back when the fence opens as the task's countdown does."""
+    for _ in range(3):
+        try:
+            return deliver_conversation(deployment, conversation)
+        except InFlightSettling as exc:
+            time.sleep(exc.wait_s + 0.01)
+    raise AssertionError("the fence never opened")
 
 
 def ledger(deployment: Deployment, conversation: str = CONVERSATION) -> Ledger:
@@ -188,7 +205,7 @@ def test_a_send_that_timed_out_after_commit_is_found_in_honcho_not_sent_again(
     assert len(book.in_flight) == 6
     assert book.last_error is not None and book.last_error["code"] == HonchoTimeout.code
     capture(host, range(3, 4))
-    report = deliver_conversation(deployment, CONVERSATION)
+    report = deliver_after_fence(deployment)
 
     assert report.recovered_messages == 6
     assert report.delivered_messages == 2
@@ -226,7 +243,7 @@ def test_an_in_flight_mark_found_at_start_sends_only_what_honcho_lacks(
         key,
         Ledger(conversation_id=CONVERSATION, owner=OWNER, session_id=sid, in_flight=in_flight),
     )
-    report = deliver_conversation(deployment, CONVERSATION)
+    report = deliver_after_fence(deployment)  # a mark of unknown start: fenced from now
 
     assert report.recovered_messages == 4
     assert report.delivered_messages == 4
@@ -258,7 +275,7 @@ def test_a_permanent_refusal_is_recorded_and_leaves_every_record_pending(
     assert ledger(deployment).last_error is None
 
 
-def test_a_rate_limit_is_retried_after_its_retry_after_and_nothing_is_left_in_flight(
+def test_a_rate_limit_keeps_the_mark_and_the_retry_reconciles_before_sending_each_once(
     host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     capture(host, range(2))
@@ -270,11 +287,25 @@ def test_a_rate_limit_is_retried_after_its_retry_after_and_nothing_is_left_in_fl
         deliver_conversation(deployment, CONVERSATION)
     decision = adapter.classify(limited.value, 1)
     assert decision.retry and decision.delay_s == 7
-    assert ledger(deployment).in_flight == []  # a 429 stored nothing: no need to ask Honcho
-    report = deliver_conversation(deployment, CONVERSATION)
+    assert len(ledger(deployment).in_flight) == 4  # a gateway's 429 may follow a commit
+    report = deliver_after_fence(deployment)
 
-    assert report.recovered_messages == 0 and report.calls == 1
+    assert report.recovered_messages == 0 and report.calls == 2  # the find, then the send
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 4)
+
+
+def test_a_429_answered_after_the_commit_is_found_in_honcho_not_sent_again(
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
+) -> None:
+    capture(host, range(2))
+    standin.faults.add("http_429", path_contains="/messages", after_commit=True)
+
+    with pytest.raises(HonchoRateLimited):
+        deliver_conversation(deployment, CONVERSATION)
+    report = deliver_after_fence(deployment)
+
+    assert report.recovered_messages == 4 and report.delivered_messages == 0
+    assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 2)
 
 
 def test_a_server_error_keeps_the_mark_and_the_retry_sends_each_message_once(
@@ -287,7 +318,7 @@ def test_a_server_error_keeps_the_mark_and_the_retry_sends_each_message_once(
         deliver_conversation(deployment, CONVERSATION)
     assert adapter.classify(failed.value, 1).retry
     assert len(ledger(deployment).in_flight) == 4
-    deliver_conversation(deployment, CONVERSATION)
+    deliver_after_fence(deployment)
 
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 2)
 
@@ -298,15 +329,104 @@ def test_the_ledger_counts_honcho_failures_in_a_row_until_a_message_is_delivered
     capture(host, range(2))
     standin.faults.add("http_503", path_contains="/messages", count=3)
 
+    # The send fails, then twice the fenced reconcile (``/messages/list``) that must come first.
     for expected in (1, 2, 3):
         with pytest.raises(HonchoUnavailable):
-            deliver_conversation(deployment, CONVERSATION)
+            deliver_after_fence(deployment)
         assert failures_in_a_row(deployment, CONVERSATION) == expected
-    deliver_conversation(deployment, CONVERSATION)
+    deliver_after_fence(deployment)
 
     assert failures_in_a_row(deployment, CONVERSATION) == 0
     assert ledger(deployment).failures == 0
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 2)
+
+
+def test_a_failed_send_is_not_reconciled_or_resent_before_its_fence_opens(
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
+) -> None:
+    capture(host, range(2))
+    standin.faults.add("timeout_before_commit", path_contains="/messages", sleep_s=0.6)
+    started = time.time()
+    with pytest.raises(HonchoTimeout):
+        deliver_conversation(deployment, CONVERSATION)
+    mark = ledger(deployment)
+    assert mark.in_flight_since is not None and started <= mark.in_flight_since <= time.time()
+    requests = standin.request_count()
+
+    with pytest.raises(InFlightSettling) as settling:
+        deliver_conversation(deployment, CONVERSATION)
+    opens_at = mark.in_flight_since + fence.window_s(deployment.settings())
+    assert fence.window_s(deployment.settings()) == 4 * FAST_TIMEOUT_S + SETTLE_S
+    assert settling.value.wait_s == pytest.approx(opens_at - time.time(), abs=0.2)
+    assert standin.request_count() == requests  # not a read, not a send
+    assert ledger(deployment).in_flight == mark.in_flight
+
+
+def test_a_commit_later_than_the_client_timeout_is_stored_once(
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
+) -> None:
+    """The request is held past the client's timeout and only then committed."""
+    capture(host, range(3))
+    standin.faults.add("late_commit", path_contains="/messages", sleep_s=FAULT_SLEEP_S)
+
+    with pytest.raises(HonchoTimeout):
+        deliver_conversation(deployment, CONVERSATION)
+    assert texts(standin, workspace_id) == []  # not yet: the server still holds it
+    report = deliver_after_fence(deployment)
+
+    assert report.recovered_messages == 6 and report.delivered_messages == 0
+    assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 3)
+
+
+def test_without_the_fence_a_late_commit_is_stored_twice(
+    host: Host,
+    deployment: Deployment,
+    standin: HonchoStandIn,
+    workspace_id: str,
+    config_dir: Path,
+) -> None:
+    """What the fence prevents, shown with it off: the reconcile runs before the commit."""
+    write_settings(
+        config_dir,
+        base_url=standin.url,
+        workspace_id=workspace_id,
+        honcho_timeout_s=FAST_TIMEOUT_S,
+        send_fence=False,
+    )
+    capture(host, range(3))
+    standin.faults.add("late_commit", path_contains="/messages", sleep_s=FAULT_SLEEP_S)
+    with pytest.raises(HonchoTimeout):
+        deliver_conversation(deployment, CONVERSATION)
+    deliver_conversation(deployment, CONVERSATION)
+    time.sleep(FAULT_SLEEP_S)  # the held request commits
+
+    assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 3) * 2
+
+
+def test_a_full_disk_during_delivery_is_a_store_error_and_the_records_stay_pending(
+    host: Host,
+    deployment: Deployment,
+    standin: HonchoStandIn,
+    monkeypatch: pytest.MonkeyPatch,
+    store_url: str | None,
+) -> None:
+    if store_url is not None:
+        pytest.skip(
+            "a full disk is the file store's failure; the database's is ERR_STORE_UNAVAILABLE"
+        )
+    capture(host, range(2))
+
+    def no_space(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", no_space)  # every atomic state write
+    with pytest.raises(StoreError) as refused:
+        deliver_conversation(deployment, CONVERSATION)
+    monkeypatch.undo()
+    assert refused.value.code == "ERR_STORE"
+    key = ids.conversation_key(CONVERSATION)
+    assert len(deployment.store().pending(key, 0)) == 2
+    assert deliver_after_fence(deployment).state == DeliveryState.DELIVERED
 
 
 def test_a_held_conversation_lock_makes_delivery_busy_and_changes_nothing(

@@ -18,7 +18,7 @@ from memhoncho import ids
 from memhoncho.delivery import forks
 from memhoncho.delivery.clone import FORK_CHILD_KEY, INTENT_KEY
 from memhoncho.deployment import Deployment
-from memhoncho.errors import ForkRefused, ForkWaiting, InvalidId, InvalidInput
+from memhoncho.errors import ForkRefused, ForkWaiting, InFlightSettling, InvalidId, InvalidInput
 from memhoncho.honcho import adapter
 from memhoncho.host import Host
 from memhoncho.models import Ledger
@@ -463,15 +463,15 @@ def test_a_resolution_cut_off_at_any_step_ends_with_exactly_one_clone(
 
     crashed: list[str] = []
     monkeypatch.setattr(fork_clone, "STEP_OBSERVERS", [crash_once])
-    monkeypatch.setattr(fork_clone, "SETTLE_SLEEP_MAX_S", 0.0)  # no sleep: retry instead
     monkeypatch.setenv("MEMHONCHO_HONCHO_TIMEOUT_S", "0.3")  # a lost clone has settled after it
+    monkeypatch.setenv("MEMHONCHO_SEND_SETTLE_S", "0.1")  # and this margin
     with pytest.raises(_Crash):
         _deliver(env, CHILD)
     for _ in range(100):
         try:
             child = _deliver(env, CHILD)
             break
-        except ForkWaiting:  # a clone request that may still land: the settle time
+        except InFlightSettling:  # a clone request that may still land: the fence
             time.sleep(0.05)
     else:
         pytest.fail("the fork never resolved")

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.slow
 TESTS_DIR = Path(__file__).resolve().parent
 API_KEY = "fork-test-key"
 HONCHO_TIMEOUT_S = 1.0  # seconds: the workers' client timeout, so a lost clone settles soon
+SEND_SETTLE_S = 0.5  # seconds: the fence's settle margin, short for the same reason
 HELD_S = 0.6  # seconds a latency fault holds the request a worker is killed inside
 KILL_AFTER_S = 0.15  # seconds into that request the worker is killed
 WAIT_S = 90.0  # seconds a conversation may take to be delivered before the test gives up
@@ -59,6 +60,7 @@ def settings(
         broker_url=redis_url,
         honcho_timeout_s=HONCHO_TIMEOUT_S,
         anchor_window=10,
+        send_settle_s=SEND_SETTLE_S,
     )
 
 

@@ -55,7 +55,7 @@ REQUEST = httpx.Request("POST", "http://honcho.invalid/v3/workspaces")
 
 # exception, memhoncho error class, retry, unclear
 CASES: list[tuple[str, BaseException, type[MemhonchoError], bool, bool]] = [
-    ("429", sdk.RateLimitError("slow down", retry_after=7.0), HonchoRateLimited, True, False),
+    ("429", sdk.RateLimitError("slow down", retry_after=7.0), HonchoRateLimited, True, True),
     ("500", sdk.ServerError("boom", status=500), HonchoUnavailable, True, True),
     ("503", sdk.ServerError("down", status=503), HonchoUnavailable, True, True),
     ("timeout", sdk.TimeoutError("Request timed out after 5s"), HonchoTimeout, True, True),
@@ -147,6 +147,11 @@ def test_classify_maps_every_sdk_error_to_a_memhoncho_decision(
     assert type(decision.error) is kind
     assert (decision.retry, decision.unclear) == (retry, unclear)
     assert (decision.delay_s is not None) == retry
+
+
+def test_only_a_400_or_a_422_proves_a_write_stored_nothing() -> None:
+    refusals = {name for name, exc, *_ in CASES if adapter.proves_refusal(exc)}
+    assert refusals == {"400", "422"}
 
 
 def test_classify_honours_retry_after_over_backoff() -> None:

@@ -215,6 +215,43 @@ def test_a_dropped_connection_is_a_connection_error_before_or_after_commit(
     assert len(standin.messages(workspace_id, "s1")) == stored
 
 
+def test_a_late_commit_times_the_client_out_then_stores_the_write(
+    standin: HonchoStandIn, workspace_id: str
+) -> None:
+    client = sdk(standin, workspace_id, timeout=FAST_TIMEOUT_S)
+    session, ana = client.session("s1"), client.peer("ana")
+    standin.faults.add("late_commit", path_contains="/messages", sleep_s=FAULT_SLEEP_S)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        session.add_messages([ana.message("hello")])
+    assert standin.messages(workspace_id, "s1") == []  # the client gave up before the commit
+    deadline = started + FAULT_SLEEP_S + 2.0
+    while not standin.messages(workspace_id, "s1") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert time.monotonic() - started >= FAULT_SLEEP_S
+    assert [m["content"] for m in standin.messages(workspace_id, "s1")] == ["hello"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [("http_429", RateLimitError), ("http_500", ServerError), ("http_503", ServerError)],
+)
+def test_a_status_after_commit_answers_the_error_with_the_write_stored(
+    standin: HonchoStandIn, workspace_id: str, kind: str, error: type[Exception]
+) -> None:
+    client = sdk(standin, workspace_id)
+    session, ana = client.session("s1"), client.peer("ana")
+    standin.faults.add(kind, path_contains="/messages", after_commit=True)
+    with pytest.raises(error):
+        session.add_messages([ana.message("hello")])
+    assert [m["content"] for m in standin.messages(workspace_id, "s1")] == ["hello"]
+
+
+def test_after_commit_is_refused_for_a_kind_it_does_not_apply_to(standin: HonchoStandIn) -> None:
+    with pytest.raises(ValueError, match="after_commit"):
+        standin.faults.add("timeout_before_commit", after_commit=True)
+
+
 def test_latency_is_added_to_every_matching_request(
     standin: HonchoStandIn, workspace_id: str
 ) -> None:

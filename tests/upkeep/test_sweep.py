@@ -6,8 +6,10 @@ themselves (torn lines, mark lines, the sweep index).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -223,6 +225,26 @@ def test_torn_and_corrupt_lines_are_quarantined_and_good_ones_kept(
     assert _outbox_seqs(deployment, "c.bad") == [seqs[0], seqs[2]]
     quarantine = deployment.layout.quarantine(key).read_text().splitlines()
     assert {json.loads(q)["reason"] for q in quarantine} == {"corrupt", "torn"}
+
+
+def test_a_full_disk_is_a_store_error_per_conversation_and_the_sweep_goes_on(
+    file_deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployment = file_deployment  # torn lines and a full disk: the files' own failures
+    _capture(deployment, "c.torn", 2)
+    _capture(deployment, "c.fine", 1)
+    path = deployment.layout.outbox(ids.conversation_key("c.torn"))
+    path.write_bytes(path.read_bytes() + b'0000 {"torn')
+
+    def no_space(*_: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", no_space)  # the quarantine's append
+    recorder = Recorder()
+    report = sweep(deployment, recorder)
+    monkeypatch.undo()
+    assert [(f.stage, f.code) for f in report.failures] == [("conversation", "ERR_STORE")]
+    assert "c.fine" in recorder.calls
 
 
 def test_a_failing_enqueue_is_recorded_per_conversation_and_the_sweep_goes_on(
