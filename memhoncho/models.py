@@ -16,8 +16,14 @@ MAX_RUN_ID_LEN = 256  # characters
 MAX_INPUTS = 1000  # user inputs in one run
 
 
+# Every model here builds its validator on first use (``defer_build``), not at import: a
+# one-shot ``memhoncho capture`` or ``status`` then pays only for the models it validates
+# (a capture that finds no ledger never builds Ledger's). The validation is the same.
+DEFERRED = ConfigDict(defer_build=True)
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
 
 class UserInput(_Strict):
@@ -30,7 +36,7 @@ class UserInput(_Strict):
 class ContentBlock(BaseModel):
     """A block of the answer; only ``text`` blocks are delivered, others are ignored."""
 
-    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True, defer_build=True)
 
     type: StrictStr
     text: StrictStr | None = None
@@ -79,7 +85,7 @@ class CaptureStatus(StrEnum):
 
 
 class CaptureResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     status: CaptureStatus
     batch_id: str | None = None
@@ -96,6 +102,8 @@ ForkOutcome = Literal["clone", "none-window", "none-empty", "none-unknown-parent
 
 class ForkDecision(BaseModel):
     """How a forked conversation's Honcho session began, and why."""
+
+    model_config = DEFERRED
 
     parent_id: str
     at_entry: int
@@ -122,7 +130,7 @@ class CloneIntent(BaseModel):
     ledger written before or after reads the same; ``clone_session_id`` only once known.
     """
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     parent_session_id: str
     anchor_entry: int  #: the child's fork entry's anchor in the parent
@@ -150,7 +158,7 @@ class CloneIntent(BaseModel):
 class Ledger(BaseModel):
     """What Honcho holds of one conversation: ``state/ledger/<conversation>.json``."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     conversation_id: str
     owner: str | None = None

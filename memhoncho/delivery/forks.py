@@ -31,6 +31,7 @@ from memhoncho.errors import (
     MemhonchoError,
 )
 from memhoncho.models import ForkDecision, ForkOutcome, Ledger
+from memhoncho.store import forks as fork_store
 from memhoncho.store.base import Store
 from memhoncho.store.forks import ForkRecord
 
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 
 PARENT_LOCK_WAIT_S = 2.0  # seconds to wait for the parent's lock before retrying later
 MAX_FORK_DEPTH = 1000  # ancestors walked when refusing a fork that would close a cycle
-RECENT_DECISIONS = 10  # decisions listed in the status view
+RECENT_DECISIONS = fork_store.RECENT_DECISIONS
 
 __all__ = [
     "ForkPlan",
@@ -357,29 +358,6 @@ def resolve_pending_forks(deployment: Deployment) -> list[dict[str, Any]]:
     return results
 
 
-def fork_summary(store: Store) -> dict[str, Any]:
-    """Pending forks and how resolved ones began, for the status view."""
-    now = time.time()
-    keys = store.pending_fork_keys()
-    oldest: float | None = None
-    for key in keys:
-        try:
-            record = store.read_fork(key)
-        except MemhonchoError:
-            continue
-        if record is not None and (oldest is None or record.created_at < oldest):
-            oldest = record.created_at
-    decisions = store.read_decisions()
-    outcomes: dict[str, int] = {}
-    for item in decisions.values():
-        outcomes[str(item.get("outcome"))] = outcomes.get(str(item.get("outcome")), 0) + 1
-    recent = sorted(decisions.values(), key=lambda d: d.get("decided_at") or 0)[-RECENT_DECISIONS:]
-    return {
-        "pending": len(keys),
-        "oldest_pending_age_s": round(max(0.0, now - oldest), 3) if oldest else None,
-        "decisions": outcomes,
-        "recent": [
-            {k: d.get(k) for k in ("child", "outcome", "anchor_entry", "reason", "decided_at")}
-            for d in reversed(recent)
-        ],
-    }
+# The status view's summary lives with the records it reads (``store/forks.py``), so the view
+# does not import the delivery side; it is re-exported here where it always was.
+fork_summary = fork_store.fork_summary

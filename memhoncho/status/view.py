@@ -160,7 +160,7 @@ def oldest_pending_age(census: Census, now: float) -> float | None:
 
 def forks_bucket(deployment: Deployment) -> dict[str, Any]:
     """Pending fork records and how resolved ones began (the forks module's own summary)."""
-    from memhoncho.delivery.forks import fork_summary
+    from memhoncho.store.forks import fork_summary
 
     return {"state": OK, **fork_summary(deployment.store())}
 

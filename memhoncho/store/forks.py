@@ -11,24 +11,29 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from memhoncho.errors import CorruptFile
+from memhoncho.errors import CorruptFile, MemhonchoError
 from memhoncho.models import ForkDecision
 from memhoncho.store.atomic import append_durably, fsync_dir, refused_as_store_error, write_json
 from memhoncho.store.layout import Layout
 
+if TYPE_CHECKING:
+    from memhoncho.store.base import Store
+
 DECISIONS_FILE = "decisions.jsonl"
 CLONING_DIR = "cloning"
+RECENT_DECISIONS = 10  # decisions listed in the status view
 
 
 class ForkRecord(BaseModel):
     """What the host said about one fork."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)  # built on first use
 
     parent_id: str
     child_id: str
@@ -149,3 +154,31 @@ def remove_clone_marker(layout: Layout, parent_key: str) -> None:
     except FileNotFoundError:
         return
     fsync_dir(path.parent)
+
+
+def fork_summary(store: Store) -> dict[str, Any]:
+    """Pending forks and how resolved ones began, for the status view (either store)."""
+    now = time.time()
+    keys = store.pending_fork_keys()
+    oldest: float | None = None
+    for key in keys:
+        try:
+            record = store.read_fork(key)
+        except MemhonchoError:
+            continue
+        if record is not None and (oldest is None or record.created_at < oldest):
+            oldest = record.created_at
+    decisions = store.read_decisions()
+    outcomes: dict[str, int] = {}
+    for item in decisions.values():
+        outcomes[str(item.get("outcome"))] = outcomes.get(str(item.get("outcome")), 0) + 1
+    recent = sorted(decisions.values(), key=lambda d: d.get("decided_at") or 0)[-RECENT_DECISIONS:]
+    return {
+        "pending": len(keys),
+        "oldest_pending_age_s": round(max(0.0, now - oldest), 3) if oldest else None,
+        "decisions": outcomes,
+        "recent": [
+            {k: d.get(k) for k in ("child", "outcome", "anchor_entry", "reason", "decided_at")}
+            for d in reversed(recent)
+        ],
+    }

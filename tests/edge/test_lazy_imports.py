@@ -72,3 +72,38 @@ def test_the_capture_command_loads_none_of_them_even_with_a_broker_configured(
     loaded = _loaded_after(code, tmp_path)
     # Without --hint nothing loads; with it the publish loads kombu and Celery, on its thread.
     assert loaded == ([] if not hints else ["celery", "kombu", "redis"])
+
+
+def _printed(code: str, cwd: Path) -> object:
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_memhoncho_status_loads_nothing_of_the_delivery_side(tmp_path: Path) -> None:
+    code = (
+        "import io, contextlib, json, sys\n"
+        "from memhoncho import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    cli.main(['status', '--json'])\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('memhoncho.delivery'))))"
+    )
+    assert _printed(code, tmp_path) == []
+
+
+def test_a_capture_builds_the_validators_of_what_it_validates_and_no_others(
+    tmp_path: Path,
+) -> None:
+    code = (
+        "import json\n"
+        "from memhoncho import Host, models\n"
+        f"with Host({str(tmp_path / 'config')!r}, {str(tmp_path / 'data')!r}) as host:\n"
+        f"    assert host.capture({run_event('c1', 0)!r}).status == 'captured'\n"
+        "print(json.dumps(sorted(name for name in ('RunEvent', 'CaptureResult', 'Ledger',"
+        " 'ForkDecision', 'CloneIntent') if getattr(models, name).__pydantic_complete__)))"
+    )
+    # A capture with no ledger yet (nothing delivered) reads no ledger, so it builds neither
+    # Ledger's validator nor those of the models nested in it.
+    assert _printed(code, tmp_path) == ["CaptureResult", "RunEvent"]

@@ -75,7 +75,15 @@ def standin() -> Iterator[HonchoStandIn]:
 def live(
     config_dir: Path, data_dir: Path, redis_url: str, standin: HonchoStandIn, workspace_id: str
 ) -> dict[str, str]:
-    _configure(config_dir, broker_url=redis_url, base_url=standin.url, workspace_id=workspace_id)
+    _configure(
+        config_dir,
+        broker_url=redis_url,
+        base_url=standin.url,
+        workspace_id=workspace_id,
+        # a failed send is fenced (4 x 1 + 0.5 s) before its reconcile: failures come in seconds
+        honcho_timeout_s=1.0,
+        send_settle_s=0.5,
+    )
     return memhoncho_env(
         config_dir=config_dir,
         data_dir=data_dir,
