@@ -10,7 +10,7 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /app
 COPY pyproject.toml README.md LICENSE ./
 COPY memhoncho ./memhoncho
-RUN pip install ".[flower]"
+RUN pip install ".[flower,postgres]"
 
 # An unprivileged user owns the data dir; the shared volume inherits its ownership.
 RUN useradd --system --uid 10001 --home-dir /var/lib/memhoncho memhoncho \

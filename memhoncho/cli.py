@@ -14,7 +14,7 @@ from typing import Any
 
 from memhoncho import capture_socket
 from memhoncho.bench import BENCHMARKS
-from memhoncho.errors import MemhonchoError
+from memhoncho.errors import ConfigError, MemhonchoError
 
 
 def _print_json(value: Any) -> None:
@@ -269,6 +269,67 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if doctor.failed(checks) else 0
 
 
+def _store_url(args: argparse.Namespace) -> str:
+    url = args.url or _context(args).settings().store_url
+    if not url:
+        raise ConfigError("no PostgreSQL store: give --url or set store_url")
+    return str(url)
+
+
+def _cmd_db_upgrade(args: argparse.Namespace) -> int:
+    """Bring the PostgreSQL store's schema to this memhoncho's version (alembic)."""
+    from memhoncho.store import schema
+
+    revision = schema.upgrade(_store_url(args))
+    print(f"the store's schema is at {revision}")
+    return 0
+
+
+def _cmd_store_migrate(args: argparse.Namespace) -> int:
+    """Copy this data directory's file store into a PostgreSQL store (idempotent)."""
+    from memhoncho.store import is_postgres, open_store
+    from memhoncho.store.files import FileStore
+    from memhoncho.store.migrate import migrate
+    from memhoncho.store.postgres import PostgresStore
+
+    if not is_postgres(args.to):
+        raise ConfigError("--to must be a postgresql:// URL")
+    deployment = _context(args)
+    source = FileStore(deployment.layout)
+    target = open_store(deployment.data_dir, args.to, deployment.settings().store_timeout_s)
+    assert isinstance(target, PostgresStore)
+    report = migrate(source, target)
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        print(
+            f"copied {report.conversations} conversations: {report.ledgers_copied} ledgers"
+            f" ({report.ledgers_kept} already there), {report.records_copied} pending records"
+            f" ({report.records_present} already there), {report.forks_copied} forks,"
+            f" {report.dead_copied} dead letters; {len(report.errors)} problems"
+        )
+        for error in report.errors:
+            print(f"  {error}")
+    return 1 if report.errors else 0
+
+
+def _add_store_commands(sub: Any) -> None:
+    """``db upgrade`` and ``store migrate``: the PostgreSQL store's operator commands."""
+    db = sub.add_parser("db", help="the PostgreSQL store's schema")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_sub.add_parser("upgrade", help="migrate the schema to this version (alembic)")
+    upgrade.add_argument("--url", help="default: the store_url setting")
+    upgrade.set_defaults(handler=_cmd_db_upgrade)
+    store = sub.add_parser("store", help="move between stores")
+    store_sub = store.add_subparsers(dest="store_command", required=True)
+    move = store_sub.add_parser("migrate", help="copy the file store into PostgreSQL")
+    move.add_argument("--to", required=True, help="postgresql://user@host/db")
+    move.add_argument("--json", action="store_true", help="the report as JSON")
+    move.set_defaults(handler=_cmd_store_migrate)
+    for nested in (upgrade, move):  # options anywhere, as on every command
+        _global_options(nested)
+
+
 def _cmd_healthcheck(args: argparse.Namespace) -> int:
     """One process's liveness for a container healthcheck (see memhoncho/healthcheck.py)."""
     from memhoncho import healthcheck
@@ -313,6 +374,9 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", choices=sorted(BENCHMARKS))
     bench.add_argument("--json", action="store_true", help="JSON output (the only format)")
     bench.add_argument("--samples", type=int, default=None, help="override the sample count")
+    bench.add_argument(
+        "--store", help="capture, sweep, status: also on PostgreSQL (a scratch database there)"
+    )
     bench.set_defaults(handler=_cmd_bench)
 
     demo = sub.add_parser("demo", help="the whole loop end to end on this machine")
@@ -385,6 +449,7 @@ def _build_parser() -> argparse.ArgumentParser:
     health.add_argument("what", choices=["beat", "relay", "status"])
     health.add_argument("--port", type=int, default=8765, help="the status server's port")
     health.set_defaults(handler=_cmd_healthcheck)
+    _add_store_commands(sub)
     for command in sub.choices.values():
         _global_options(command)
     return parser

@@ -17,6 +17,7 @@ from memhoncho.store.layout import Layout
 
 if TYPE_CHECKING:
     from memhoncho.honcho.adapter import HonchoTarget
+    from memhoncho.store.base import Store
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,16 @@ class Deployment:
 
     def settings(self) -> Settings:
         return settings_module.load(self.config_dir)
+
+    def store(self) -> Store:
+        """Where the durable state is: the data directory's files, or ``store_url``'s database.
+
+        Built once per process and place (``store.open_store``); ConfigError for a bad URL.
+        """
+        from memhoncho.store import open_store
+
+        current = self.settings()
+        return open_store(self.data_dir, current.store_url, current.store_timeout_s)
 
     def api_key(self) -> str | None:
         return settings_module.api_key(self.config_dir)

@@ -100,6 +100,23 @@ def check_data_dir(deployment: Deployment) -> Check:
     return Check("data_dir", PASS, f"{deployment.data_dir} is writable and fsync works")
 
 
+def check_store(deployment: Deployment) -> Check:
+    """The files need nothing more than the data dir; the database must answer, at the schema."""
+    try:
+        store = deployment.store()
+        if store.kind == "files":
+            return Check("store", PASS, "the data directory's files (one machine)")
+        store.read_ledger("memhoncho-doctor-probe")  # connects and checks the schema version
+    except MemhonchoError as exc:
+        return Check(
+            "store",
+            FAIL,
+            f"the store is not usable: {exc.code}: {exc.message}",
+            "start the database or fix store_url; ERR_STORE_SCHEMA: run memhoncho db upgrade",
+        )
+    return Check("store", PASS, "the PostgreSQL store answers and its schema is current")
+
+
 def _app(deployment: Deployment) -> Any:
     from memhoncho.celery_app import create_app
 
@@ -155,7 +172,9 @@ def check_workers(deployment: Deployment, app: Any) -> Check:
 
 def check_beat(deployment: Deployment) -> Check:
     try:
-        store = results.store_for(deployment.settings().broker_url, deployment.data_dir)
+        store = results.store_for(
+            deployment.settings().broker_url, deployment.data_dir, deployment.settings().store_url
+        )
         beats = store.live_beats(time.time())
     except Exception as exc:
         return Check(
@@ -206,6 +225,7 @@ def run_checks(deployment: Deployment) -> list[Check]:
         lambda: check_settings(deployment),
         lambda: check_key(deployment),
         lambda: check_data_dir(deployment),
+        lambda: check_store(deployment),
     ]
     for step in steps:
         checks.append(step())

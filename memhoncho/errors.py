@@ -14,7 +14,9 @@ default message.
     │   └── ForkRefused                 ERR_FORK_REFUSED
     ├── OutboxCapacity                  ERR_OUTBOX_CAPACITY
     ├── StoreError                      ERR_STORE
-    │   └── CorruptFile                 ERR_CORRUPT_FILE
+    │   ├── CorruptFile                 ERR_CORRUPT_FILE
+    │   ├── StoreUnavailable            ERR_STORE_UNAVAILABLE
+    │   └── StoreSchemaBehind           ERR_STORE_SCHEMA
     ├── ConfigError                     ERR_CONFIG
     │   └── MissingApiKey               ERR_NO_API_KEY
     ├── LockBusy                        ERR_LOCK_BUSY
@@ -110,6 +112,18 @@ class CorruptFile(StoreError):
     """A local store file is corrupt."""
 
     code = "ERR_CORRUPT_FILE"
+
+
+class StoreUnavailable(StoreError):
+    """The store's database cannot be reached; nothing was written."""
+
+    code = "ERR_STORE_UNAVAILABLE"
+
+
+class StoreSchemaBehind(StoreError):
+    """The store's database schema is not the one this memhoncho needs: run memhoncho db upgrade."""
+
+    code = "ERR_STORE_SCHEMA"
 
 
 class ConfigError(MemhonchoError):

@@ -21,7 +21,9 @@ def beat(deployment: Deployment) -> tuple[bool, str]:
     from memhoncho import results
 
     try:
-        store = results.store_for(deployment.settings().broker_url, deployment.data_dir)
+        store = results.store_for(
+            deployment.settings().broker_url, deployment.data_dir, deployment.settings().store_url
+        )
         beats = store.live_beats(time.time())
     except Exception as exc:
         return False, f"beat heartbeats cannot be read ({type(exc).__name__})"

@@ -22,12 +22,10 @@ from pydantic import ValidationError
 from memhoncho import ids, redaction, routing
 from memhoncho.capture import build_record, is_selected
 from memhoncho.deployment import Deployment
-from memhoncho.errors import CorruptFile, InvalidEvent
+from memhoncho.errors import InvalidEvent
 from memhoncho.hints import HintPool, settled
 from memhoncho.models import CaptureResult, CaptureStatus, RunEvent
-from memhoncho.store import hint_marks
-from memhoncho.store.ledger import LedgerCache
-from memhoncho.store.outbox import Outbox
+from memhoncho.store import hint_marks, open_store
 from memhoncho.store.redactions import add_redactions
 
 if TYPE_CHECKING:
@@ -59,8 +57,6 @@ class Host:
         """``hints=False``: capture publishes nothing (a one-shot process that must not wait
         for a broker client to load); it leaves the outbox relay a request instead."""
         self.deployment = Deployment.from_dirs(config_dir, data_dir)
-        self.outbox = Outbox(self.deployment.layout)
-        self._ledgers = LedgerCache(self.deployment.layout)
         self._app: Celery | None = None
         self._app_lock = threading.Lock()
         self._broker_down_until = 0.0
@@ -92,17 +88,17 @@ class Host:
         if record is None:
             return CaptureResult(status=CaptureStatus.EMPTY)
         hint: list[Future[bool] | bool] = []
-        appended = self.outbox.append(  # CaptureTooLarge past max_batch_bytes, encoded once
+        # The files of the data dir, or the database of ``store_url`` (StoreUnavailable: down).
+        store = open_store(self.deployment.data_dir, current.store_url, current.store_timeout_s)
+        marks = store.kind == "files"
+        appended = store.append(  # CaptureTooLarge past max_batch_bytes, encoded once
             key,
             record,
             max_pending=current.max_pending_batches,
-            delivered_seq=lambda: self._delivered_seq(key),
-            delivered_before=lambda batch: self._delivered_before(key, batch),
-            delivered_digest=lambda batch: self._delivered_digest(key, batch),
             max_bytes=current.max_batch_bytes,
             # The hint is published while the line is fsynced (see hints.py), unless one is
             # already waiting for this conversation (store/hint_marks.py).
-            after_write=lambda: hint.append(self._hint_soon(run.conversation_id, key)),
+            after_write=lambda: hint.append(self._hint_soon(run.conversation_id, key, marks)),
         )
         if appended.duplicate:
             return CaptureResult(status=CaptureStatus.DUPLICATE, batch_id=record["batch_id"])
@@ -126,24 +122,6 @@ class Host:
                 "redaction counter not updated",
                 extra={"action": "redaction_count_failed", "error": type(exc).__name__},
             )
-
-    def _delivered_seq(self, key: str) -> int:
-        try:
-            return self._ledgers.delivered_seq(key)
-        except CorruptFile:
-            return 0  # the outbox's own clock still orders the new record after the old
-
-    def _delivered_digest(self, key: str, batch_id: str) -> str | None:
-        try:
-            return self._ledgers.delivered_digest(key, batch_id)
-        except CorruptFile:
-            return None  # unknown content: a duplicate, as before digests
-
-    def _delivered_before(self, key: str, batch_id: str) -> bool:
-        try:
-            return self._ledgers.delivered_before(key, batch_id)
-        except CorruptFile:
-            return False  # accept: a redelivery is deduplicated against Honcho, a loss is not
 
     # ---- hints to workers ---------------------------------------------------------------
 
@@ -169,11 +147,20 @@ class Host:
             return False
         return self._publish(DELIVER_TASK, [conversation_id])
 
-    def _hint_soon(self, conversation_id: str, key: str) -> Future[bool] | bool:
+    def _hint_soon(self, conversation_id: str, key: str, marks: bool = True) -> Future[bool] | bool:
         """Start publishing a delivery hint on a hint thread. True when a hint already waiting
-        will see the line just written (nothing to publish), False when none is to be sent."""
+        will see the line just written (nothing to publish), False when none is to be sent.
+
+        ``marks`` False (the PostgreSQL store): hint marks are one machine's files, and the
+        worker that takes a mark may run on another machine, so every capture publishes.
+        """
         if self._closed or self.deployment.api_key() is None:
             return False
+        if not marks:
+            if time.monotonic() < self._broker_down_until:
+                return False
+            self._begin_publish()  # counted now, so close() waits for it
+            return self._hints.submit(lambda: self._send(DELIVER_TASK, [conversation_id]))
         if not self._hinting:  # the outbox relay publishes, unless a hint already waits
             if hint_marks.claim(self.deployment.layout, key):
                 hint_marks.request_relay(self.deployment.layout, key, conversation_id)

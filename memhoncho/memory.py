@@ -22,9 +22,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile, HonchoRejected, InvalidId, InvalidInput
 from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
-from memhoncho.store import peek
 from memhoncho.store.atomic import write_bytes
-from memhoncho.store.ledger import read_ledger
 
 log = logging.getLogger(__name__)
 
@@ -159,15 +157,14 @@ def refresh_representation(deployment: Deployment, conversation_id: str) -> Snap
 
 def _ledger_or_none(deployment: Deployment, key: str) -> Ledger | None:
     try:
-        return read_ledger(deployment.layout, key)
+        return deployment.store().read_ledger(key)
     except CorruptFile:
         return None
 
 
 def _user_peer_id(deployment: Deployment, key: str, ledger: Ledger | None) -> str | None:
     """The owner's peer: from an outbox record, else the ledger, else the last snapshot."""
-    edges = peek.edges(deployment.layout.outbox(key))
-    record = edges.first if edges is not None else None
+    record = deployment.store().edges(key)[0]
     if record is not None and isinstance(record.get("user_peer_id"), str):
         return str(record["user_peer_id"])
     if ledger is not None:
@@ -197,14 +194,8 @@ def refresh_due(deployment: Deployment, *, now: float | None = None) -> list[str
     """
     now = time.time() if now is None else now
     ttl = deployment.settings().representation_ttl_s
-    layout = deployment.layout
-    try:
-        names = sorted(p.name for p in layout.ledger_dir.iterdir() if p.name.endswith(".json"))
-    except FileNotFoundError:
-        return []
     due: list[str] = []
-    for name in names:
-        key = name[: -len(".json")]
+    for key in deployment.store().ledger_keys():
         ledger = _ledger_or_none(deployment, key)
         if ledger is None or ledger.last_delivered_at is None:
             continue

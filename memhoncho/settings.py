@@ -89,6 +89,11 @@ class Settings(BaseModel):
         return value
 
     log_format: str = Field("text", pattern=r"^(text|json)$")  # json: one JSON object a line
+    #: where the durable state lives: unset means the data directory's files (one machine);
+    #: ``postgresql://user@host/db`` means that database (many machines; README "Scaling")
+    store_url: str | None = None  # checked by store.open_store: a bad one is an error
+    #: seconds to connect to the store's database before a call fails with StoreUnavailable
+    store_timeout_s: float = Field(2.0, gt=0, le=60)
 
 
 DEFAULTS = Settings()

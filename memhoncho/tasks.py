@@ -72,6 +72,8 @@ def _retry_or_give_up(
 
 LOCK_RETRY_S = 0.5  # seconds (jittered 0.5x..1.5x): another worker holds the conversation
 FORK_RETRY_S = 5.0  # seconds (jittered): a fork waits for its parent's delivery
+STORE_RETRY_S = 5.0  # seconds (jittered): the store's database is out of reach
+STORE_MAX_RETRIES = 24  # retries of one hint (about two minutes) before the sweep takes over
 #: seconds at most added to a fence's wait, so retries of many fenced marks spread out
 FENCE_SLACK_S = 0.25
 #: Honcho failures in a row with no message delivered between them before the hint is
@@ -100,6 +102,7 @@ def deliver(self: Any, conversation_id: str, **_retired: Any) -> dict[str, Any] 
         InFlightSettling,
         LockBusy,
         MemhonchoError,
+        StoreUnavailable,
     )
 
     deployment = task_context(self.app)
@@ -112,6 +115,17 @@ def deliver(self: Any, conversation_id: str, **_retired: Any) -> dict[str, Any] 
         raise self.retry(countdown=_jittered(FORK_RETRY_S)) from None
     except LockBusy:
         raise self.retry(countdown=_jittered(LOCK_RETRY_S)) from None
+    except StoreUnavailable as exc:
+        # The database is restarting or out of reach: try again shortly, for a while; past
+        # that the records are safe in it and the sweep re-drives them.
+        if self.request.retries < STORE_MAX_RETRIES:
+            raise self.retry(countdown=_jittered(STORE_RETRY_S)) from None
+        log.warning(
+            "delivery stopped: the store is unavailable; the sweep re-drives the records",
+            extra={"action": "delivery_skipped", "code": exc.code},
+        )
+        results.gave_up(self, exc)
+        return None
     except HonchoFailure as exc:
         _retry_or_give_up(
             self,

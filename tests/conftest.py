@@ -52,3 +52,48 @@ def _fresh_honcho_clients() -> Iterator[None]:
     adapter.close_clients()
     yield
     adapter.close_clients()
+
+
+# ---- PostgreSQL (the store of many machines) ------------------------------------------------
+
+POSTGRES_URL = os.environ.get(
+    "MEMHONCHO_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """A private database on the test server, at this memhoncho's schema, dropped at the end.
+
+    ``MEMHONCHO_TEST_POSTGRES_URL`` names the server (its maintenance database); skipped on a
+    laptop without PostgreSQL, a failure in CI.
+    """
+    from memhoncho.testing.postgres import private_database
+
+    with private_database(POSTGRES_URL) as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_database: str) -> Iterator[str]:
+    """The private database, emptied for this test (the schema stays)."""
+    from memhoncho.store import close_stores
+    from memhoncho.testing.postgres import empty_tables
+
+    empty_tables(postgres_database)
+    yield postgres_database
+    close_stores()
+
+
+@pytest.fixture(params=["files", "postgresql"])
+def store_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """Each test that takes it runs on both stores: None (files) and a private database.
+
+    The database is also named in ``MEMHONCHO_STORE_URL``, so a test that rewrites its settings
+    file stays on it (worker processes get it from the settings file the test writes).
+    """
+    if request.param == "files":
+        return None
+    url: str = request.getfixturevalue("postgres_url")
+    monkeypatch.setenv("MEMHONCHO_STORE_URL", url)
+    return url

@@ -225,10 +225,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if use_redis:
                 _clean_redis()
         down = _broker_down(min(samples, BROKER_DOWN_SAMPLES), root / "down")
-    return {
+    result = {
         "samples": samples,
         "broker": REDIS_URL if use_redis else "embedded filesystem broker",
+        "store": "files",
         **live,
         "goal_ratio": 1.2,
         "broker_down": down,
     }
+    store_url = getattr(args, "store", None)
+    if store_url:  # the same capture on PostgreSQL, beside a bare INSERT; COMMIT
+        from memhoncho.bench.pg import capture_figures
+
+        with tempfile.TemporaryDirectory(prefix="memhoncho-bench-capture-pg-") as tmp:
+            try:
+                result["postgresql"] = capture_figures(
+                    store_url,
+                    Path(tmp),
+                    samples,
+                    WARMUP,
+                    REDIS_URL if use_redis else None,
+                    _run,
+                    BENCH_KEY,
+                )
+            finally:
+                if use_redis:
+                    _clean_redis()
+    return result

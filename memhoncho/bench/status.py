@@ -89,6 +89,12 @@ def _figures(samples: list[float]) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     samples = getattr(args, "samples", None) or DEFAULT_SAMPLES
+    store_url = getattr(args, "store", None)
+    if store_url:  # PostgreSQL at 1M records (memhoncho.bench.pg), instead of the files
+        from memhoncho.bench.pg import status_figures
+
+        with tempfile.TemporaryDirectory(prefix="memhoncho-bench-status-pg-") as tmp:
+            return status_figures(store_url, Path(tmp), samples=samples)
     conversations = CONVERSATIONS
     with tempfile.TemporaryDirectory(prefix="memhoncho-bench-status-") as tmp:
         deployment = Deployment(Path(tmp) / "config", Path(tmp) / "data")

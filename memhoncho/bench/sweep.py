@@ -158,6 +158,12 @@ def _one_size(root: Path, records: int, conversations: int, samples: int) -> dic
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    store_url = getattr(args, "store", None)
+    if store_url:  # PostgreSQL at 1M records (memhoncho.bench.pg), instead of the files
+        from memhoncho.bench.pg import sweep_figures
+
+        with tempfile.TemporaryDirectory(prefix="memhoncho-bench-sweep-pg-") as tmp:
+            return sweep_figures(store_url, Path(tmp))
     samples = getattr(args, "samples", None) or DEFAULT_SAMPLES
     spread: list[dict[str, Any]] = []
     single: list[dict[str, Any]] = []

@@ -37,15 +37,8 @@ from memhoncho.errors import HonchoRejected
 from memhoncho.honcho import adapter
 from memhoncho.models import CloneIntent, CloneStage, ForkDecision, Ledger
 from memhoncho.settings import Settings
-from memhoncho.store.forks import (
-    ForkRecord,
-    append_decision,
-    read_clone_marker,
-    remove_clone_marker,
-    write_clone_marker,
-)
-from memhoncho.store.layout import Layout
-from memhoncho.store.ledger import write_ledger
+from memhoncho.store.base import Store
+from memhoncho.store.forks import ForkRecord
 
 if TYPE_CHECKING:
     from honcho import Honcho
@@ -72,7 +65,7 @@ class Clone:
 
     def __init__(
         self,
-        layout: Layout,
+        store: Store,
         client: Honcho,
         key: str,
         record: ForkRecord,
@@ -83,7 +76,7 @@ class Clone:
         anchor_window: int,
         settings: Settings,
     ) -> None:
-        self.layout = layout
+        self.store = store
         self.client = client
         self.key = key
         self.record = record
@@ -131,7 +124,7 @@ class Clone:
                 if exc.status != 404:
                     raise
                 self._untag_parent(parent_sid)
-                remove_clone_marker(self.layout, self.parent_key)
+                self.store.remove_clone_marker(self.parent_key)
                 return self._anchor_gone(ledger, intent)
             reached("cloned")
         if intent.clone_session_id != clone_sid:
@@ -143,7 +136,7 @@ class Clone:
         self._tag_clone(clone_sid, tag)
         reached("clone-tagged")
         self._untag_parent(parent_sid)
-        remove_clone_marker(self.layout, self.parent_key)
+        self.store.remove_clone_marker(self.parent_key)
         reached("parent-untagged")
         adapter.ensure_session(self.client, clone_sid, self.user_peer_id, self.agent_peer_id)
         reached("peers-ensured")
@@ -157,7 +150,7 @@ class Clone:
             decided_at=time.time(),
             reason=f"cloned the parent at its anchor for entry {intent.anchor_entry}",
         )
-        append_decision(self.layout, self.key, decision)
+        self.store.append_decision(self.key, decision)
         ledger = self._write(
             ledger, session_id=clone_sid, anchors=anchors, fork=decision, clone_intent=None
         )
@@ -177,7 +170,7 @@ class Clone:
 
     def _write(self, ledger: Ledger, **update: Any) -> Ledger:
         ledger = ledger.model_copy(update=update)
-        write_ledger(self.layout, self.key, ledger)
+        self.store.write_ledger(self.key, ledger)
         return ledger
 
     def _fence(self) -> None:
@@ -191,14 +184,14 @@ class Clone:
         first time the marker is found (and kept across retries). Until the fence opens this
         raises InFlightSettling with the wait, and the task comes back after it.
         """
-        marker = read_clone_marker(self.layout, self.parent_key)
+        marker = self.store.read_clone_marker(self.parent_key)
         if marker is not None:
             fence_at = marker.get("fence_at")
             if not isinstance(fence_at, float):
                 fence_at = time.time()
-                write_clone_marker(self.layout, self.parent_key, {"fence_at": fence_at})
+                self.store.write_clone_marker(self.parent_key, {"fence_at": fence_at})
             fence.check(fence_at, self.settings, "an interrupted clone's request")
-        write_clone_marker(self.layout, self.parent_key, {"writing_since": time.time()})
+        self.store.write_clone_marker(self.parent_key, {"writing_since": time.time()})
 
     def _find(self, tag: str, parent_sid: str) -> str | None:
         """The session an earlier attempt cloned: it carries the tag, tagged as a clone or not."""
@@ -253,7 +246,7 @@ class Clone:
             decided_at=time.time(),
             reason="the parent's anchor message is no longer in Honcho; starting fresh",
         )
-        append_decision(self.layout, self.key, decision)
+        self.store.append_decision(self.key, decision)
         log.warning(
             "fork starts fresh: the anchor message is gone",
             extra={"action": "fork_resolved", "conversation": self.key, "outcome": "none-window"},

@@ -32,11 +32,8 @@ from memhoncho.errors import HonchoFailure, MemhonchoError
 from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
 from memhoncho.settings import Settings
-from memhoncho.store import hint_marks, peek
-from memhoncho.store.atomic import write_json
-from memhoncho.store.ledger import read_ledger, write_ledger
-from memhoncho.store.locks import file_lock
-from memhoncho.store.outbox import Outbox, Record
+from memhoncho.store import hint_marks
+from memhoncho.store.base import Record
 
 if TYPE_CHECKING:
     from honcho import Honcho
@@ -80,7 +77,7 @@ def deliver_conversation(
     InFlightSettling (with ``wait_s``) while an earlier send may still land.
     """
     key = ids.conversation_key(conversation_id)
-    with file_lock(deployment.layout.conversation_lock(key), timeout_s=0):
+    with deployment.store().conversation_lock(key, timeout_s=0):
         # Before the outbox is read: a capture from now on hints again (store/hint_marks.py).
         hint_marks.taken(deployment.layout, key)
         return _Delivery(deployment, conversation_id, key).run(max_calls)
@@ -90,7 +87,7 @@ def failures_in_a_row(deployment: Deployment, conversation_id: str) -> int:
     """Honcho failures the ledger counts since a message was last delivered (0 when it cannot
     be read): what the task's retry-or-give-up decision counts."""
     try:
-        ledger = read_ledger(deployment.layout, ids.conversation_key(conversation_id))
+        ledger = deployment.store().read_ledger(ids.conversation_key(conversation_id))
     except MemhonchoError:
         return 0
     return ledger.failures if ledger else 0
@@ -101,7 +98,7 @@ class _Delivery:
 
     def __init__(self, deployment: Deployment, conversation_id: str, key: str) -> None:
         self.deployment = deployment
-        self.layout = deployment.layout
+        self.store = deployment.store()
         self.conversation_id = conversation_id
         self.key = key
         self.report = DeliveryReport(conversation_id)
@@ -112,11 +109,11 @@ class _Delivery:
         self.ensured_peers: set[str] = {self.settings.agent_peer_id}
 
     def run(self, max_calls: int) -> DeliveryReport:
-        self.ledger = read_ledger(self.layout, self.key) or self.ledger
+        self.ledger = self.store.read_ledger(self.key) or self.ledger
         self.report.session_id = self.ledger.session_id
         if not self.ledger.in_flight and self._nothing_past(self.ledger.delivered_seq):
             return self.report  # the common duplicate hint: two line reads, no parse
-        self.records = Outbox(self.layout).pending(self.key, self.ledger.delivered_seq)
+        self.records = self.store.pending(self.key, self.ledger.delivered_seq)
         if not self.records and not self.ledger.in_flight:
             return self.report
         if self.ledger.in_flight:
@@ -144,15 +141,14 @@ class _Delivery:
             if self._nothing_past(self.ledger.delivered_seq):
                 return
             before = self.ledger.messages_delivered
-            self.records = Outbox(self.layout).pending(self.key, self.ledger.delivered_seq)
+            self.records = self.store.pending(self.key, self.ledger.delivered_seq)
             self._send(client, max_calls)
             if self.ledger.messages_delivered == before:
                 return
 
     def _nothing_past(self, delivered_seq: int) -> bool:
-        """The outbox's newest record is delivered (a torn or odd file: read it properly)."""
-        found = peek.edges(self.layout.outbox(self.key))
-        return found is not None and (found.last is None or found.last["seq"] <= delivered_seq)
+        """The outbox's newest record is delivered (a cheap look: two line reads, one query)."""
+        return self.store.newest_seq(self.key) <= delivered_seq
 
     # ---- session --------------------------------------------------------------------
 
@@ -163,7 +159,7 @@ class _Delivery:
             return
         head = self.records[0] if self.records else {}
         owner = head.get("owner", self.ledger.owner)
-        if self.layout.pending_fork(self.key).exists():
+        if self.store.has_pending_fork(self.key):
             # The fork module's own Honcho calls are not counted in ``report.calls``.
             self.ledger = forks.resolve_pending_fork(
                 self.deployment, client, self.key, self.conversation_id, self.ledger
@@ -177,7 +173,7 @@ class _Delivery:
         self.report.calls += 3  # get-or-create, then each member's config
         self.ensured_peers.add(user_peer)
         self.ledger = self.ledger.model_copy(update={"session_id": sid, "owner": owner})
-        write_ledger(self.layout, self.key, self.ledger)
+        self.store.write_ledger(self.key, self.ledger)
         self.report.session_id = sid
         log.info(
             "honcho session established",
@@ -209,7 +205,7 @@ class _Delivery:
         if since is None:
             since = time.time()
             self.ledger = self.ledger.model_copy(update={"in_flight_since": since})
-            write_ledger(self.layout, self.key, self.ledger)
+            self.store.write_ledger(self.key, self.ledger)
         fence.check(since, self.settings, "an earlier send of this conversation")
 
     def _reconcile(self, client: Honcho) -> None:
@@ -223,7 +219,7 @@ class _Delivery:
         self.ledger = self._folded(dict(found)).model_copy(
             update={"in_flight": [], "in_flight_since": None}
         )
-        write_ledger(self.layout, self.key, self.ledger)
+        self.store.write_ledger(self.key, self.ledger)
         self.report.recovered_messages += self.ledger.messages_delivered - before
         log.info(
             "in-flight send reconciled",
@@ -275,7 +271,7 @@ class _Delivery:
                     "in_flight_since": time.time() if following else None,
                 }
             )
-            write_ledger(self.layout, self.key, self.ledger)
+            self.store.write_ledger(self.key, self.ledger)
             self.report.delivered_messages += len(chunk)
         self.report.state = DeliveryState.MORE if rest else DeliveryState.DELIVERED
         log.info(
@@ -297,7 +293,7 @@ class _Delivery:
                 **update,
             }
         )
-        write_ledger(self.layout, self.key, self.ledger)
+        self.store.write_ledger(self.key, self.ledger)
 
     def _folded(self, delivered: dict[str, str | None]) -> Ledger:
         folded = fold(
@@ -348,7 +344,7 @@ class _Delivery:
             update["failures"] = self.ledger.failures + 1
         try:
             self.ledger = self.ledger.model_copy(update=update)
-            write_ledger(self.layout, self.key, self.ledger)
+            self.store.write_ledger(self.key, self.ledger)
         except (OSError, MemhonchoError):
             log.exception(
                 "could not record a delivery failure",
@@ -362,12 +358,11 @@ class _Delivery:
     def _write_if_error_cleared(self) -> None:
         if self.ledger.last_error is not None:
             self.ledger = self.ledger.model_copy(update={"last_error": None})
-            write_ledger(self.layout, self.key, self.ledger)
+            self.store.write_ledger(self.key, self.ledger)
 
     def _mark_last_delivery(self) -> None:
-        """``state/last-delivery.json`` for the status view: the newest delivery wins."""
-        write_json(
-            self.layout.last_delivery,
+        """The last-delivery marker for the status view: the newest delivery wins."""
+        self.store.mark_last_delivery(
             {
                 "at": self.ledger.last_delivered_at or time.time(),
                 "conversation_key": self.key,

@@ -32,11 +32,8 @@ from memhoncho.errors import (
 )
 from memhoncho.models import ForkDecision, ForkOutcome, Ledger
 from memhoncho.store import forks as fork_store
-from memhoncho.store.forks import ForkRecord, append_decision, read_fork, remove_fork
-from memhoncho.store.layout import Layout
-from memhoncho.store.ledger import read_ledger, write_ledger
-from memhoncho.store.locks import file_lock
-from memhoncho.store.outbox import Outbox
+from memhoncho.store.base import Store
+from memhoncho.store.forks import ForkRecord
 
 if TYPE_CHECKING:
     from honcho import Honcho
@@ -64,7 +61,9 @@ __all__ = [
     "resolve_pending_forks",
 ]
 
-pending_fork_keys = fork_store.pending_fork_keys
+
+def pending_fork_keys(store: Store) -> list[str]:
+    return store.pending_fork_keys()
 
 
 # ---- the host's side --------------------------------------------------------------------
@@ -78,16 +77,16 @@ def fork_conversation(deployment: Deployment, parent_id: str, child_id: str, at_
         raise InvalidInput("at_entry must be a non-negative integer", field="at_entry")
     if parent_key == child_key:
         raise ForkRefused("a conversation cannot be forked from itself")
-    layout = deployment.layout
-    ledger = read_ledger(layout, child_key)
+    store = deployment.store()
+    ledger = store.read_ledger(child_key)
     if ledger is not None and (ledger.session_id is not None or ledger.fork is not None):
         raise ForkRefused("the child conversation already has a Honcho session")
-    if _descends_from(layout, parent_key, child_key):
+    if _descends_from(store, parent_key, child_key):
         raise ForkRefused("the parent conversation is itself a pending fork of the child")
     record = ForkRecord(
         parent_id=parent_id, child_id=child_id, at_entry=at_entry, created_at=time.time()
     )
-    if not fork_store.create_fork(layout, child_key, record):
+    if not store.create_fork(child_key, record):
         raise ForkRefused("the child conversation already has a fork record")
     log.info(
         "fork recorded",
@@ -95,11 +94,11 @@ def fork_conversation(deployment: Deployment, parent_id: str, child_id: str, at_
     )
 
 
-def _descends_from(layout: Layout, key: str, ancestor: str) -> bool:
+def _descends_from(store: Store, key: str, ancestor: str) -> bool:
     """Whether ``key``'s chain of pending forks reaches ``ancestor``."""
     seen = {key}
     for _ in range(MAX_FORK_DEPTH):
-        record = read_fork(layout, key)
+        record = store.read_fork(key)
         if record is None:
             return False
         key = ids.conversation_key(record.parent_id)
@@ -182,8 +181,8 @@ def resolve_pending_fork(
     Raises ForkWaiting while the parent has not delivered up to the fork point, LockBusy when
     the parent's lock is taken.
     """
-    layout = deployment.layout
-    record = read_fork(layout, key)
+    store = deployment.store()
+    record = store.read_fork(key)
     if record is None:
         return ledger
     if _decided(ledger):
@@ -192,14 +191,14 @@ def resolve_pending_fork(
                 "fork record ignored: the child already had a session",
                 extra={"action": "fork_ignored", "conversation": key},
             )
-        remove_fork(layout, key)
+        store.remove_fork(key)
         return ledger
     parent_key = ids.conversation_key(record.parent_id)
     # The parent's lock serializes clones of one parent (its metadata carries one tag at a
     # time) and holds its ledger still while the clone point is chosen.
-    with file_lock(layout.conversation_lock(parent_key), timeout_s=PARENT_LOCK_WAIT_S):
+    with store.conversation_lock(parent_key, timeout_s=PARENT_LOCK_WAIT_S):
         ledger = _resolve_locked(deployment, client, key, record, parent_key, ledger)
-    remove_fork(layout, key)
+    store.remove_fork(key)
     from memhoncho.delivery.clone import reached
 
     reached("record-removed")
@@ -221,12 +220,12 @@ def _resolve_locked(
     parent_key: str,
     ledger: Ledger,
 ) -> Ledger:
-    layout = deployment.layout
-    parent_ledger = read_ledger(layout, parent_key)
+    store = deployment.store()
+    parent_ledger = store.read_ledger(parent_key)
     if ledger.clone_intent is not None:  # an interrupted clone: finish it, never re-plan
         return _clone(deployment, client, key, record, parent_ledger, ledger).resume(ledger)
-    if (parent_ledger is None or parent_ledger.session_id is None) and read_fork(
-        layout, parent_key
+    if (parent_ledger is None or parent_ledger.session_id is None) and store.read_fork(
+        parent_key
     ) is not None:
         # A fork of a fork whose own fork is unresolved: resolve the parent first (its lock is
         # held here), so there is a session and anchors to clone from.
@@ -238,7 +237,7 @@ def _resolve_locked(
             parent_ledger or Ledger(conversation_id=record.parent_id),
         )
     delivered_seq = parent_ledger.delivered_seq if parent_ledger else 0
-    pending = Outbox(layout).pending(parent_key, delivered_seq)
+    pending = store.pending(parent_key, delivered_seq)
     parent = ParentView(
         ledger=parent_ledger,
         pending_entries=tuple(m["entry_id"] for r in pending for m in r["messages"]),
@@ -268,9 +267,9 @@ def _resolve_locked(
         decided_at=time.time(),
         reason=plan.reason,
     )
-    append_decision(layout, key, decision)
+    store.append_decision(key, decision)
     ledger = ledger.model_copy(update={"fork": decision})
-    write_ledger(layout, key, ledger)
+    store.write_ledger(key, ledger)
     from memhoncho.delivery.clone import reached
 
     reached("decided")
@@ -293,21 +292,21 @@ def _clone(
 
     settings = deployment.settings()
     return Clone(
-        deployment.layout,
+        deployment.store(),
         client,
         key,
         record,
         parent_key=ids.conversation_key(record.parent_id),
-        user_peer_id=_user_peer_id(deployment.layout, key, ledger, parent_ledger),
+        user_peer_id=_user_peer_id(deployment.store(), key, ledger, parent_ledger),
         agent_peer_id=settings.agent_peer_id,
         anchor_window=settings.anchor_window,
         settings=settings,
     )
 
 
-def _user_peer_id(layout: Layout, key: str, ledger: Ledger, parent: Ledger | None) -> str:
+def _user_peer_id(store: Store, key: str, ledger: Ledger, parent: Ledger | None) -> str:
     """The child's user: from its own records, else its owner, else the parent's owner."""
-    for record in Outbox(layout).pending(key, ledger.delivered_seq):
+    for record in store.pending(key, ledger.delivered_seq):
         peer = record.get("user_peer_id")
         if isinstance(peer, str):
             return peer
@@ -323,15 +322,15 @@ def resolve_fork_now(deployment: Deployment, child_id: str) -> dict[str, Any]:
     from memhoncho.honcho import adapter
 
     key = ids.conversation_key(child_id)
-    layout = deployment.layout
+    store = deployment.store()
     result: dict[str, Any] = {"conversation_key": key}
     try:
-        with file_lock(layout.conversation_lock(key), timeout_s=0):
-            if read_fork(layout, key) is None:
+        with store.conversation_lock(key, timeout_s=0):
+            if store.read_fork(key) is None:
                 return {**result, "status": "none"}
-            ledger = read_ledger(layout, key) or Ledger(conversation_id=child_id)
+            ledger = store.read_ledger(key) or Ledger(conversation_id=child_id)
             if _decided(ledger):  # a crash came between the ledger and the record's removal
-                remove_fork(layout, key)
+                store.remove_fork(key)
             else:
                 client = adapter.write_client(deployment.honcho_target())
                 ledger = resolve_pending_fork(deployment, client, key, child_id, ledger)
@@ -347,9 +346,10 @@ def resolve_fork_now(deployment: Deployment, child_id: str) -> dict[str, Any]:
 def resolve_pending_forks(deployment: Deployment) -> list[dict[str, Any]]:
     """Try every pending fork once (the sweep, before it redelivers); one result each."""
     results = []
-    for key in pending_fork_keys(deployment.layout):
+    store = deployment.store()
+    for key in store.pending_fork_keys():
         try:
-            record = read_fork(deployment.layout, key)
+            record = store.read_fork(key)
         except MemhonchoError as exc:
             results.append({"conversation_key": key, "status": "failed", "code": exc.code})
             continue

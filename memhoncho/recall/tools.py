@@ -25,6 +25,7 @@ from memhoncho.errors import (
     InvalidId,
     InvalidToolCall,
     MemhonchoError,
+    StoreError,
     all_error_classes,
 )
 from memhoncho.honcho import adapter
@@ -37,7 +38,6 @@ from memhoncho.recall.arguments import (
     parse_arguments,
 )
 from memhoncho.settings import Settings
-from memhoncho.store.ledger import read_ledger
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +335,7 @@ def _owned_session(
         raise InvalidToolCall(f"memhoncho {REMEMBER}: conversation_id: {exc.message}") from None
     session_id = ids.session_id(current.workspace_id, conversation_id)
     try:
-        ledger = read_ledger(deployment.layout, key)
+        ledger = deployment.store().read_ledger(key)
     except CorruptFile:
         ledger = None
     if ledger is not None and ledger.session_id:
@@ -369,15 +369,15 @@ class _ConversationNames:
         return self._from_ledgers.get(session_id)
 
     def _scan(self) -> Iterator[tuple[str, str]]:
-        layout = self.deployment.layout
+        store = self.deployment.store()
         try:
-            files = sorted(layout.ledger_dir.glob("*.json"))
-        except OSError:
+            keys = store.ledger_keys()
+        except (OSError, StoreError):
             return
-        for path in files:
+        for key in keys:
             try:
-                ledger = read_ledger(layout, path.name[: -len(".json")])
-            except (CorruptFile, OSError):
+                ledger = store.read_ledger(key)
+            except (StoreError, OSError):  # CorruptFile among them: skip that one
                 continue
             if ledger is not None and ledger.session_id:
                 yield ledger.session_id, ledger.conversation_id

@@ -25,8 +25,15 @@ class ResultsStore(Protocol):
     def live_workers(self, now: float) -> dict[str, list[str]]: ...
 
 
-def store_for(broker_url: str | None, data_dir: Path) -> ResultsStore:
-    """Redis when the broker is Redis, else the file under the data directory."""
+def store_for(broker_url: str | None, data_dir: Path, store_url: str | None = None) -> ResultsStore:
+    """The PostgreSQL store's database when ``store_url`` names one (every machine sees it),
+    else Redis when the broker is Redis, else the file under the data directory."""
+    from memhoncho.store import is_postgres
+
+    if store_url and is_postgres(store_url):
+        from memhoncho.results.postgres_store import PostgresResults
+
+        return PostgresResults(store_url, data_dir)
     if broker_url and is_redis(broker_url):
         from memhoncho.results.redis_store import RedisResults
 

@@ -49,8 +49,14 @@ class Recorder:
 
     def store(self) -> ResultsStore:
         if self._store is None or self._pid != os.getpid():
+            from memhoncho.deployment import Deployment
+
             broker = self.app.conf.broker_url
-            self._store = store_for(broker, Path(self.app.conf.memhoncho_data_dir))
+            conf = self.app.conf
+            config_dir = getattr(conf, "memhoncho_config_dir", None)
+            deployment = Deployment.from_dirs(config_dir, conf.memhoncho_data_dir)
+            store_url = deployment.settings().store_url
+            self._store = store_for(broker, Path(conf.memhoncho_data_dir), store_url)
             self._pid = os.getpid()
         return self._store
 

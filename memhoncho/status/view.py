@@ -20,7 +20,7 @@ from memhoncho import results, routing
 from memhoncho.deployment import Deployment
 from memhoncho.settings import Settings
 from memhoncho.status import health, render
-from memhoncho.status.census import Census, SummaryCache
+from memhoncho.status.census import Census
 
 BROKER_TIMEOUT_S = 0.5  # seconds; a broker that is down answers "degraded", not a hang
 REDIS_PRIORITY_SEP = "\x06\x16"  # kombu's Redis transport: queue key of priority n is q+sep+n
@@ -73,7 +73,15 @@ def config_summary(deployment: Deployment, current: Settings) -> dict[str, Any]:
         workspace=current.workspace_id,
         broker=broker_kind(current),
         partitions=current.partitions,
+        store=store_kind(current),
     )
+
+
+def store_kind(current: Settings) -> str:
+    """files or postgresql: the URL itself (it may hold a password) is never shown."""
+    from memhoncho.store import is_postgres
+
+    return "postgresql" if is_postgres(current.store_url) else "files"
 
 
 # ---- last delivery -----------------------------------------------------------------------
@@ -99,7 +107,7 @@ def read_marker(path: Path) -> tuple[float | None, str | None]:
 
 def last_delivery(deployment: Deployment, census: Census) -> dict[str, Any]:
     """The marker and the ledgers' newest delivery: the newer wins; neither is ever guessed."""
-    marker_at, marker_error = read_marker(deployment.layout.last_delivery)
+    marker_at, marker_error = deployment.store().last_delivery()
     ledgers_at = census.newest_delivery_at
     candidates = [(t, s) for t, s in ((marker_at, "marker"), (ledgers_at, "ledgers")) if t]
     at, source = max(candidates) if candidates else (None, None)
@@ -154,30 +162,20 @@ def forks_bucket(deployment: Deployment) -> dict[str, Any]:
     """Pending fork records and how resolved ones began (the forks module's own summary)."""
     from memhoncho.store.forks import fork_summary
 
-    return {"state": OK, **fork_summary(deployment.layout)}
+    return {"state": OK, **fork_summary(deployment.store())}
 
 
 def departures_bucket(deployment: Deployment) -> dict[str, Any]:
-    directory = deployment.layout.departures_dir
-    errors: list[str] = []
-    notices: list[dict[str, Any]] = []
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
-    except FileNotFoundError:
-        names = []
-    for name in names:
-        try:
-            value = json.loads((directory / name).read_bytes())
-            notices.append(
-                {
-                    "peer_id": value.get("peer_id", name[:-5]),
-                    "at": value.get("at"),
-                    "purged": bool(value.get("purged")),
-                }
-            )
-        except (OSError, ValueError, AttributeError):
-            errors.append(f"departure notice {name} cannot be read")
-    return _bucket(errors, count=len(names), notices=notices)
+    found, errors = deployment.store().departures()
+    notices = [
+        {
+            "peer_id": value.get("peer_id"),
+            "at": value.get("at"),
+            "purged": bool(value.get("purged")),
+        }
+        for value in found
+    ]
+    return _bucket(errors, count=len(found) + len(errors), notices=notices)
 
 
 def redactions_bucket(deployment: Deployment) -> dict[str, Any]:
@@ -254,7 +252,7 @@ def queues_bucket(deployment: Deployment, current: Settings) -> dict[str, Any]:
 
 def tasks_bucket(deployment: Deployment, current: Settings, now: float) -> dict[str, Any]:
     try:
-        store = results.store_for(current.broker_url, deployment.data_dir)
+        store = results.store_for(current.broker_url, deployment.data_dir, current.store_url)
         found = store.all()
         beats = store.live_beats(now)
         workers = store.live_workers(now)
@@ -282,7 +280,6 @@ class StatusReader:
 
     def __init__(self, deployment: Deployment) -> None:
         self.deployment = deployment
-        self._summary = SummaryCache(deployment.layout)
 
     def read(self) -> dict[str, Any]:
         now = time.time()
@@ -299,7 +296,9 @@ class StatusReader:
             }
         census_error = ""
         try:
-            census: Census | None = self._summary.census()
+            # The store keeps its census cache (the file store's by file stat), so repeated
+            # reads in one process stay cheap.
+            census: Census | None = deployment.store().census()
         except Exception as exc:
             census = None
             census_error = type(exc).__name__

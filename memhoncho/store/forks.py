@@ -13,7 +13,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -21,6 +21,9 @@ from memhoncho.errors import CorruptFile, MemhonchoError
 from memhoncho.models import ForkDecision
 from memhoncho.store.atomic import append_durably, fsync_dir, refused_as_store_error, write_json
 from memhoncho.store.layout import Layout
+
+if TYPE_CHECKING:
+    from memhoncho.store.base import Store
 
 DECISIONS_FILE = "decisions.jsonl"
 CLONING_DIR = "cloning"
@@ -153,19 +156,19 @@ def remove_clone_marker(layout: Layout, parent_key: str) -> None:
     fsync_dir(path.parent)
 
 
-def fork_summary(layout: Layout) -> dict[str, Any]:
-    """Pending forks and how resolved ones began, for the status view."""
+def fork_summary(store: Store) -> dict[str, Any]:
+    """Pending forks and how resolved ones began, for the status view (either store)."""
     now = time.time()
-    keys = pending_fork_keys(layout)
+    keys = store.pending_fork_keys()
     oldest: float | None = None
     for key in keys:
         try:
-            record = read_fork(layout, key)
+            record = store.read_fork(key)
         except MemhonchoError:
             continue
         if record is not None and (oldest is None or record.created_at < oldest):
             oldest = record.created_at
-    decisions = read_decisions(layout)
+    decisions = store.read_decisions()
     outcomes: dict[str, int] = {}
     for item in decisions.values():
         outcomes[str(item.get("outcome"))] = outcomes.get(str(item.get("outcome")), 0) + 1

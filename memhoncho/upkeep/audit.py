@@ -28,7 +28,6 @@ from memhoncho.capture import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.errors import MemhonchoError, StoreError
 from memhoncho.models import Ledger
-from memhoncho.store.ledger import read_ledger
 from memhoncho.store.outbox import Record, parse
 
 if TYPE_CHECKING:
@@ -136,12 +135,11 @@ def audit(
     from memhoncho.honcho import adapter
 
     started = time.monotonic()
-    layout = deployment.layout
+    store = deployment.store()
     if conversation_id is not None:
         keys = [ids.conversation_key(conversation_id)]
     else:
-        ledgers = {p.name[: -len(".json")] for p in _listed(layout.ledger_dir, "*.json")}
-        keys = sorted(ledgers | set(layout.conversation_keys()))
+        keys = sorted(set(store.ledger_keys()) | set(store.conversation_keys()))
     report = AuditReport()
     window = deployment.settings().delivered_batch_window
     client: Honcho | None = None
@@ -149,7 +147,7 @@ def audit(
         if progress is not None:
             progress(done, len(keys))
         try:
-            ledger = read_ledger(layout, key)
+            ledger = store.read_ledger(key)
             records = _records(deployment, key)
             if ledger is None:
                 name = conversation_id or (records[0]["conversation_id"] if records else key)
@@ -163,7 +161,7 @@ def audit(
                 messages = adapter.list_messages(client, ledger.session_id)
                 # A delivery between the reads would look like damage: read again until
                 # the ledger is the same after the listing as before it.
-                after = read_ledger(layout, key)
+                after = store.read_ledger(key)
                 if after is None or after == ledger:
                     break
                 ledger, records = after, _records(deployment, key)
@@ -332,7 +330,11 @@ def _position(order: dict[str, int], outbox_id: str) -> tuple[int, int]:
 
 
 def _records(deployment: Deployment, key: str) -> list[Record]:
-    """The outbox's good records, parsed without the lock and without repairing anything."""
+    """The outbox's good records, parsed without the lock and without repairing anything
+    (the file store's; the database's are read as they are)."""
+    store = deployment.store()
+    if store.kind != "files":
+        return store.records(key)
     try:
         data = deployment.layout.outbox(key).read_bytes()
     except FileNotFoundError:
@@ -340,13 +342,6 @@ def _records(deployment: Deployment, key: str) -> list[Record]:
     except OSError as exc:
         raise StoreError(f"could not read the outbox ({exc.strerror})") from None
     return parse(data).records
-
-
-def _listed(directory: Any, pattern: str) -> list[Any]:
-    try:
-        return sorted(directory.glob(pattern))
-    except OSError:
-        return []
 
 
 def render(report: AuditReport) -> str:

@@ -18,10 +18,9 @@ from typing import Any
 from memhoncho import ids
 from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile
-from memhoncho.store.atomic import fsync_dir, write_json
+from memhoncho.store.atomic import fsync_dir
+from memhoncho.store.base import Record, Store
 from memhoncho.store.layout import Layout
-from memhoncho.store.ledger import read_ledger
-from memhoncho.store.outbox import Outbox, Record
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +45,10 @@ def _owned_by(record: Record, owner: str | None) -> bool:
     return record.get("owner") == owner
 
 
-def _ledger_owner(layout: Layout, key: str) -> tuple[bool, str | None]:
+def _ledger_owner(store: Store, key: str) -> tuple[bool, str | None]:
     """(known, owner) from the conversation's ledger; unknown when absent or corrupt."""
     try:
-        ledger = read_ledger(layout, key)
+        ledger = store.read_ledger(key)
     except CorruptFile:
         return False, None
     return (True, ledger.owner) if ledger is not None else (False, None)
@@ -64,14 +63,14 @@ def _cache_keys(layout: Layout) -> Iterable[str]:
 
 
 def _purge(deployment: Deployment, owner: str | None, departure: Departure) -> None:
-    layout = deployment.layout
-    outbox = Outbox(layout)
+    layout = deployment.layout  # the representation caches stay local files on every store
+    store = deployment.store()
     owners: dict[str, bool] = {}  # key -> this user owns the conversation
-    for key in layout.conversation_keys():
-        kept, dropped = outbox.rewrite(key, lambda r: not _owned_by(r, owner))
+    for key in store.conversation_keys():
+        kept, dropped = store.rewrite(key, lambda r: not _owned_by(r, owner))
         owned = bool(dropped) and not kept
         if not kept and not dropped:  # an outbox with nothing pending: ask the ledger
-            known, ledger_owner = _ledger_owner(layout, key)
+            known, ledger_owner = _ledger_owner(store, key)
             owned = known and ledger_owner == owner
         owners[key] = owned or bool(dropped)
         if dropped:
@@ -83,7 +82,7 @@ def _purge(deployment: Deployment, owner: str | None, departure: Departure) -> N
         if key in owners:
             owns = owners[key]
         else:
-            known, ledger_owner = _ledger_owner(layout, key)
+            known, ledger_owner = _ledger_owner(store, key)
             owns = known and ledger_owner == owner
         if not owns:
             continue
@@ -106,7 +105,7 @@ def user_deleted(deployment: Deployment, owner: str | None, *, purge: bool = Fal
     if purge:
         _purge(deployment, owner, departure)
     departure.conversations.sort()
-    write_json(deployment.layout.departures_dir / f"{peer}.json", departure.as_dict())
+    deployment.store().write_departure(peer, departure.as_dict())
     log.warning(
         "user departed" + (" and was purged locally" if purge else ""),
         extra={

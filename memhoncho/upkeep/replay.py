@@ -17,11 +17,9 @@ from pydantic import BaseModel, Field
 
 from memhoncho import ids
 from memhoncho.deployment import Deployment
-from memhoncho.errors import CorruptFile, MemhonchoError
-from memhoncho.models import Ledger
-from memhoncho.store.deadletters import dead_keys, dead_lock, read_dead, replace_dead, revived
-from memhoncho.store.ledger import read_ledger
-from memhoncho.store.outbox import Outbox, Record
+from memhoncho.errors import MemhonchoError
+from memhoncho.store.base import Record, Store
+from memhoncho.store.deadletters import revived
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +51,13 @@ def replay(
 
     ``progress(done, total)`` is called after each conversation (``memhoncho replay``).
     """
-    layout = deployment.layout
+    store = deployment.store()
     keys = [ids.conversation_key(conversation_id)] if conversation_id is not None else None
     report = ReplayReport()
-    outbox = Outbox(layout)
     max_pending = deployment.settings().max_pending_batches
-    keys = keys if keys is not None else dead_keys(layout)
+    keys = keys if keys is not None else store.dead_keys()
     for count, key in enumerate(keys, 1):
-        done = _replay_one(deployment, outbox, key, max_pending)
+        done = _replay_one(store, key, max_pending)
         if done.replayed and enqueue is not None and done.conversation_id is not None:
             try:
                 done.enqueued = bool(enqueue(done.conversation_id))
@@ -75,19 +72,11 @@ def replay(
     return report
 
 
-def _replay_one(
-    deployment: Deployment, outbox: Outbox, key: str, max_pending: int
-) -> ConversationReplayed:
-    layout = deployment.layout
+def _replay_one(store: Store, key: str, max_pending: int) -> ConversationReplayed:
     done = ConversationReplayed(conversation_key=key, conversation_id=ids.decode(key))
-    try:
-        ledger: Ledger | None = read_ledger(layout, key)
-    except CorruptFile:
-        ledger = None  # accept: delivery dedups against Honcho, a loss is not recoverable
-    delivered = frozenset(ledger.delivered_batches) if ledger else frozenset()
     now = time.time()
-    with dead_lock(layout, key):
-        records = read_dead(layout, key)
+    with store.dead_lock(key):
+        records = store.read_dead(key)
         remaining: list[Record] = []
         seen: set[str] = set()
         for index, record in enumerate(records):
@@ -99,13 +88,8 @@ def _replay_one(
                 continue
             seen.add(batch)
             try:
-                appended = outbox.append(
-                    key,
-                    revived(record, now),
-                    max_pending=max_pending,
-                    delivered_seq=lambda: ledger.delivered_seq if ledger else 0,
-                    delivered_before=lambda b: b in delivered,
-                )
+                # A batch the ledger's window says was delivered is a duplicate, as in capture.
+                appended = store.append(key, revived(record, now), max_pending=max_pending)
             except MemhonchoError as exc:  # OutboxCapacity, StoreError: keep the rest
                 remaining.extend(records[index:])
                 done.error = exc.code
@@ -114,7 +98,7 @@ def _replay_one(
                 done.already_present += 1
             else:
                 done.replayed += 1
-        replace_dead(layout, key, remaining)
+        store.replace_dead(key, remaining)
     done.left = len(remaining)
     log.info(
         "dead letters replayed",

@@ -33,12 +33,7 @@ from memhoncho.delivery import forks
 from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile, LockBusy, MemhonchoError
 from memhoncho.models import Ledger
-from memhoncho.store import peek
-from memhoncho.store.deadletters import append_dead, dead_lock
-from memhoncho.store.ledger import read_ledger
-from memhoncho.store.locks import file_lock
-from memhoncho.store.outbox import Outbox, Record
-from memhoncho.store.sweep_index import file_stamp, load_index, outbox_stamps, save_index
+from memhoncho.store.base import Record, Seen, Store
 
 log = logging.getLogger(__name__)
 
@@ -124,39 +119,47 @@ def sweep(
     _resolve_forks(deployment, report)
     settings = deployment.settings()
     retention_s = settings.outbox_retention_days * DAY_S
-    layout = deployment.layout
-    outbox = Outbox(layout)
-    stamps = outbox_stamps(layout)  # taken before any look, so a change since is seen next time
-    report.listed = len(stamps)
-    index = load_index(layout)
-    clean: dict[str, list[int]] = {}
-    unchanged = looked_clean = 0  # counted here: a pydantic field assignment costs more
-    for done, (key, stamp) in enumerate(stamps.items()):
+    store = deployment.store()
+    try:  # a store that drops delivered records in bulk does it first (the database)
+        bulk = store.compact_delivered()
+    except MemhonchoError as exc:
+        report.fail("compact", exc)
+        bulk = {}
+    listing = store.sweep_listing()  # taken before any look, so a change since is seen next time
+    report.listed = listing.listed
+    clean: set[str] = set()
+    looked_clean = 0  # counted here: a pydantic field assignment costs more
+    for done, key in enumerate(listing.keys):
         if progress is not None and done % PROGRESS_EVERY == 0:
-            progress(done, report.listed)
-        if index.get(key) == stamp:
-            unchanged += 1
-            clean[key] = stamp
-            continue
+            progress(listing.unchanged + done, report.listed)
         try:
-            swept = _sweep_one(deployment, outbox, key, enqueue, report, now, retention_s)
+            swept = _sweep_one(
+                deployment, store, key, enqueue, report, now, retention_s, listing.seen.get(key)
+            )
         except Exception as exc:  # one conversation never stops the sweep
             report.fail("conversation", exc, conversation_key=key)
             continue
+        if key in bulk:
+            if swept is None:
+                swept = ConversationSwept(conversation_key=key)
+            swept.dropped_delivered += bulk.pop(key)
         if swept is None:
             looked_clean += 1
-            clean[key] = stamp
+            clean.add(key)
         else:
             report.conversations.append(swept)
             _add_up(report, swept)
-    report.unchanged, report.clean = unchanged, looked_clean
+    for key, dropped in sorted(bulk.items()):  # compacted to nothing: no look was needed
+        swept = ConversationSwept(conversation_key=key, dropped_delivered=dropped, kept=0)
+        report.conversations.append(swept)
+        _add_up(report, swept)
+    report.unchanged, report.clean = listing.unchanged, looked_clean
     if progress is not None:
         progress(report.listed, report.listed)
-    if clean != index:
-        try:
-            save_index(layout, clean)
-        except (OSError, MemhonchoError) as exc:
-            report.fail("index", exc)
+    try:
+        listing.remember_clean(clean)
+    except (OSError, MemhonchoError) as exc:
+        report.fail("index", exc)
     report.duration_s = time.monotonic() - started
     log.info(
         "outbox sweep done",
@@ -210,31 +213,33 @@ def _plain(value: Any) -> Any:
 
 def _sweep_one(
     deployment: Deployment,
-    outbox: Outbox,
+    store: Store,
     key: str,
     enqueue: Enqueue,
     report: SweepReport,
     now: float,
     retention_s: float,
+    seen: Seen | None = None,
 ) -> ConversationSwept | None:
-    """Look at one conversation; None when it is clean (nothing pending, nothing to compact)."""
-    layout = deployment.layout
+    """Look at one conversation; None when it is clean (nothing pending, nothing to compact).
+
+    ``seen``: the ledger and edges the store's listing read already (the database reads them
+    for every conversation in one query), else they are read here.
+    """
     ledger_ok = True
-    try:
-        ledger = read_ledger(layout, key)
-    except CorruptFile as exc:
-        report.fail("ledger", exc, conversation_key=key)
-        ledger, ledger_ok = None, False
-    delivered = ledger.delivered_seq if ledger else 0
-    quarantine_before = file_stamp(layout.quarantine(key))[1]
-    edges = peek.edges(layout.outbox(key))
-    if edges is None:  # a torn or corrupt line at an edge: a full read repairs it
-        with _collector_paused():
-            records = outbox.read(key).records
-        first = records[0] if records else None
-        last = records[-1] if records else None
+    if seen is not None:
+        ledger, first, last = seen
     else:
-        first, last = edges.first, edges.last
+        try:
+            ledger = store.read_ledger(key)
+        except CorruptFile as exc:
+            report.fail("ledger", exc, conversation_key=key)
+            ledger, ledger_ok = None, False
+    delivered = ledger.delivered_seq if ledger else 0
+    quarantine_before = store.quarantine_mark(key)
+    if seen is None:
+        with _collector_paused():  # a torn edge makes the file store read (and repair) it all
+            first, last = store.edges(key)
     pending = last is not None and last["seq"] > delivered
     has_delivered = first is not None and first["seq"] <= delivered
     head_expired = (
@@ -248,8 +253,8 @@ def _sweep_one(
     if pending:
         swept.enqueued = _enqueue(enqueue, swept, report)
     if ledger_ok and (has_delivered or head_expired):
-        _compact(deployment, outbox, key, swept, delivered, now, retention_s)
-    swept.quarantined = _lines_added(layout.quarantine(key), quarantine_before)
+        _compact(store, key, swept, delivered, now, retention_s)
+    swept.quarantined = store.quarantined_since(key, quarantine_before)
     if not (pending or has_delivered or swept.quarantined):
         return None
     return swept
@@ -285,8 +290,7 @@ def _expired(record: Record, now: float, retention_s: float) -> bool:
 
 
 def _compact(
-    deployment: Deployment,
-    outbox: Outbox,
+    store: Store,
     key: str,
     swept: ConversationSwept,
     delivered: int,
@@ -294,13 +298,12 @@ def _compact(
     retention_s: float,
 ) -> None:
     """One rewrite: drop delivered records and, when no delivery is running, the expired ones."""
-    layout = deployment.layout
     with ExitStack() as stack:
         in_flight: set[str] = set()
         try:
-            stack.enter_context(file_lock(layout.conversation_lock(key), timeout_s=0))
+            stack.enter_context(store.conversation_lock(key, timeout_s=0))
             may_expire = True
-            fresh = read_ledger(layout, key)  # under the lock: the newest delivered window
+            fresh = store.read_ledger(key)  # under the lock: the newest delivered window
             if fresh is not None:
                 delivered = max(delivered, fresh.delivered_seq)
                 # a send may have reached Honcho: delivery resolves these, retention never does
@@ -320,8 +323,8 @@ def _compact(
             dead = [r for r in dropped if r["seq"] > delivered]
             if not dead:
                 return
-            with dead_lock(layout, key):
-                append_dead(layout, key, dead, RETENTION_REASON)
+            with store.dead_lock(key):
+                store.append_dead(key, dead, RETENTION_REASON)
             for record in dead:
                 log.warning(
                     "an undelivered record passed retention; moved to the dead-letter file",
@@ -338,7 +341,7 @@ def _compact(
                 )
 
         with _collector_paused():
-            kept, dropped = outbox.rewrite(key, keep, before_replace=to_dead_letters)
+            kept, dropped = store.rewrite(key, keep, before_replace=to_dead_letters)
     swept.kept = len(kept)
     swept.dead_lettered = sum(1 for r in dropped if r["seq"] > delivered)
     swept.dropped_delivered = len(dropped) - swept.dead_lettered
@@ -359,13 +362,3 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def _lines_added(path: Any, size_before: int) -> int:
-    """Lines appended to ``path`` since it was ``size_before`` bytes long."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(size_before)
-            return handle.read().count(b"\n")
-    except FileNotFoundError:
-        return 0

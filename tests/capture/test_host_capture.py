@@ -374,7 +374,7 @@ def test_any_event_is_stored_or_refused_with_a_typed_error_and_nothing_written_o
             after = _snapshot(data)
             if result.status == "captured":
                 key = ids.conversation_key(event["conversation_id"])
-                batches = [r["batch_id"] for r in host.outbox.read(key).records]
+                batches = [r["batch_id"] for r in host.deployment.store().records(key)]
                 assert batches.count(result.batch_id) == 1
                 changed = {name for name in after if after[name] != before.get(name)}
                 assert changed == {f"outbox/{key}.jsonl"}

@@ -131,4 +131,4 @@ def test_close_returns_by_its_deadline_when_a_publish_hangs(
     assert host._app is None
     release.set()
     capturing.join(JOIN_S)
-    assert host.outbox.read(ids.conversation_key("c-1")).records  # durable all along
+    assert host.deployment.store().records(ids.conversation_key("c-1"))  # durable all along

@@ -11,9 +11,6 @@ from memhoncho.delivery.clone import FORK_CHILD_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
-from memhoncho.store.ledger import read_ledger, write_ledger
-from memhoncho.store.locks import file_lock
-from memhoncho.store.outbox import Outbox
 from memhoncho.testing import HonchoStandIn
 
 OWNER = "ana@example.com"
@@ -43,14 +40,14 @@ def deliver_in_process(deployment: Deployment, client: Any, conversation_id: str
     Resolves the pending fork first, then sends every pending record with its outbox ids and
     entry ids in metadata, and keeps one anchor per delivered message (windowed).
     """
-    layout = deployment.layout
+    store = deployment.store()
     settings = deployment.settings()
     key = ids.conversation_key(conversation_id)
-    with file_lock(layout.conversation_lock(key)):
-        ledger = read_ledger(layout, key) or Ledger(conversation_id=conversation_id)
-        if ledger.session_id is None and layout.pending_fork(key).exists():
+    with store.conversation_lock(key):
+        ledger = store.read_ledger(key) or Ledger(conversation_id=conversation_id)
+        if ledger.session_id is None and store.has_pending_fork(key):
             ledger = forks.resolve_pending_fork(deployment, client, key, conversation_id, ledger)
-        pending = Outbox(layout).pending(key, ledger.delivered_seq)
+        pending = store.pending(key, ledger.delivered_seq)
         if ledger.session_id is None:
             if not pending:
                 return ledger
@@ -80,7 +77,7 @@ def deliver_in_process(deployment: Deployment, client: Any, conversation_id: str
                     "messages_delivered": ledger.messages_delivered + len(stored),
                 }
             )
-        write_ledger(layout, key, ledger)
+        store.write_ledger(key, ledger)
         return ledger
 
 

@@ -67,3 +67,26 @@ def test_delivery_gives_up_after_its_limit_of_honcho_failures_and_the_records_st
     assert ledger.failures == DELIVER_MAX_FAILURES
     assert ledger.delivered_seq == 0 and ledger.messages_delivered == 0
     assert failing.fired >= DELIVER_MAX_FAILURES
+
+
+def test_delivery_retries_while_the_store_database_is_unreachable_then_leaves_it_to_the_sweep(
+    app: Celery, config_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memhoncho import tasks
+    from memhoncho.delivery import engine
+    from memhoncho.errors import StoreUnavailable
+
+    attempts: list[str] = []
+
+    def unreachable(deployment: Deployment, conversation_id: str) -> None:
+        attempts.append(conversation_id)
+        raise StoreUnavailable()
+
+    monkeypatch.setattr(engine, "deliver_conversation", unreachable)
+    monkeypatch.setattr(tasks, "STORE_MAX_RETRIES", 3)
+
+    result = app.tasks[routing.DELIVER_TASK].apply(args=[CONVERSATION])
+
+    assert result.successful(), result.traceback
+    assert result.get() is None  # gave up after its retries; the records wait in the store
+    assert attempts == [CONVERSATION] * 4

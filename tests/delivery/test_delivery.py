@@ -1,9 +1,11 @@
-"""The delivery engine in process (no Celery), through the real SDK against the stand-in."""
+"""The delivery engine in process (no Celery), through the real SDK against the stand-in.
+
+Every test runs on both stores (the ``store_url`` fixture): the files and PostgreSQL.
+"""
 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import time
 from pathlib import Path
@@ -29,9 +31,7 @@ from memhoncho.errors import (
 from memhoncho.honcho import adapter
 from memhoncho.host import Host
 from memhoncho.models import Ledger
-from memhoncho.store.ledger import read_ledger, write_ledger
-from memhoncho.store.locks import file_lock
-from memhoncho.store.outbox import Outbox
+from memhoncho.store.forks import ForkRecord
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin, write_settings
 from memhoncho.testing.runs import expected_texts, run_event
@@ -48,13 +48,16 @@ pytestmark = pytest.mark.standin(api_key=KEY)
 
 
 @pytest.fixture
-def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dict[str, Any]:
+def settings(
+    config_dir: Path, standin: HonchoStandIn, workspace_id: str, store_url: str | None
+) -> dict[str, Any]:
     return point_at_standin(
         config_dir,
         standin,
         workspace_id,
         KEY,
         honcho_timeout_s=FAST_TIMEOUT_S,
+        store_url=store_url,
         send_settle_s=SETTLE_S,
     )
 
@@ -89,7 +92,7 @@ def deliver_after_fence(deployment: Deployment, conversation: str = CONVERSATION
 
 
 def ledger(deployment: Deployment, conversation: str = CONVERSATION) -> Ledger:
-    found = read_ledger(deployment.layout, ids.conversation_key(conversation))
+    found = deployment.store().read_ledger(ids.conversation_key(conversation))
     assert found is not None
     return found
 
@@ -107,7 +110,7 @@ def test_pending_runs_arrive_in_order_once_with_outbox_ids_in_a_session_configur
     sid = ids.session_id(workspace_id, CONVERSATION)
     assert report.session_id == sid
     stored = standin.messages(workspace_id, sid)
-    records = Outbox(deployment.layout).read(ids.conversation_key(CONVERSATION)).records
+    records = deployment.store().records(ids.conversation_key(CONVERSATION))
     outbox_ids = [m["id"] for r in records for m in r["messages"]]
     assert [m["metadata"][OUTBOX_ID_KEY] for m in stored] == outbox_ids
     assert stored[0]["metadata"]["entry_id"] == 0
@@ -124,8 +127,7 @@ def test_pending_runs_arrive_in_order_once_with_outbox_ids_in_a_session_configur
     assert book.in_flight == [] and book.delivered_partial == []
     assert book.messages_delivered == 10
     assert book.last_error is None
-    last = json.loads(deployment.layout.last_delivery.read_text())
-    assert last["at"] == book.last_delivered_at
+    assert deployment.store().last_delivery() == (book.last_delivered_at, None)
     again = deliver_conversation(deployment, CONVERSATION)
     assert again.state == DeliveryState.IDLE and again.calls == 0
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 5)
@@ -156,7 +158,7 @@ def test_anchors_and_the_batch_window_keep_only_the_newest(
 
     book = ledger(deployment)
     assert [entry for entry, _ in book.anchors] == list(range(50, 60))
-    records = Outbox(deployment.layout).read(ids.conversation_key(CONVERSATION)).records
+    records = deployment.store().records(ids.conversation_key(CONVERSATION))
     assert book.delivered_batches == [r["batch_id"] for r in records[-10:]]
 
 
@@ -219,7 +221,7 @@ def test_an_in_flight_mark_found_at_start_sends_only_what_honcho_lacks(
     """A worker died between its send and its ledger write: half the mark was stored."""
     capture(host, range(4))
     key = ids.conversation_key(CONVERSATION)
-    records = Outbox(deployment.layout).read(key).records
+    records = deployment.store().records(key)
     sid = ids.session_id(workspace_id, CONVERSATION)
     client = adapter.write_client(deployment.honcho_target())
     adapter.ensure_session(client, sid, ids.peer_id(OWNER), "agent")
@@ -237,8 +239,7 @@ def test_an_in_flight_mark_found_at_start_sends_only_what_honcho_lacks(
         ],
     )
     in_flight = [m["id"] for r in records for m in r["messages"]]
-    write_ledger(
-        deployment.layout,
+    deployment.store().write_ledger(
         key,
         Ledger(conversation_id=CONVERSATION, owner=OWNER, session_id=sid, in_flight=in_flight),
     )
@@ -266,7 +267,7 @@ def test_a_permanent_refusal_is_recorded_and_leaves_every_record_pending(
     assert book.last_error["status"] == 401
     assert book.delivered_seq == 0 and book.in_flight == []
     key = ids.conversation_key(CONVERSATION)
-    assert len(Outbox(deployment.layout).pending(key, book.delivered_seq)) == 3
+    assert len(deployment.store().pending(key, book.delivered_seq)) == 3
     standin.api_key = KEY
     deliver_conversation(deployment, CONVERSATION)
 
@@ -403,8 +404,16 @@ def test_without_the_fence_a_late_commit_is_stored_twice(
 
 
 def test_a_full_disk_during_delivery_is_a_store_error_and_the_records_stay_pending(
-    host: Host, deployment: Deployment, standin: HonchoStandIn, monkeypatch: pytest.MonkeyPatch
+    host: Host,
+    deployment: Deployment,
+    standin: HonchoStandIn,
+    monkeypatch: pytest.MonkeyPatch,
+    store_url: str | None,
 ) -> None:
+    if store_url is not None:
+        pytest.skip(
+            "a full disk is the file store's failure; the database's is ERR_STORE_UNAVAILABLE"
+        )
     capture(host, range(2))
 
     def no_space(*_: object) -> None:
@@ -416,7 +425,7 @@ def test_a_full_disk_during_delivery_is_a_store_error_and_the_records_stay_pendi
     monkeypatch.undo()
     assert refused.value.code == "ERR_STORE"
     key = ids.conversation_key(CONVERSATION)
-    assert len(Outbox(deployment.layout).pending(key, 0)) == 2
+    assert len(deployment.store().pending(key, 0)) == 2
     assert deliver_after_fence(deployment).state == DeliveryState.DELIVERED
 
 
@@ -425,9 +434,9 @@ def test_a_held_conversation_lock_makes_delivery_busy_and_changes_nothing(
 ) -> None:
     capture(host, range(1))
     key = ids.conversation_key(CONVERSATION)
-    with file_lock(deployment.layout.conversation_lock(key)), pytest.raises(LockBusy):
+    with deployment.store().conversation_lock(key), pytest.raises(LockBusy):
         deliver_conversation(deployment, CONVERSATION)
-    assert read_ledger(deployment.layout, key) is None
+    assert deployment.store().read_ledger(key) is None
     assert sends(standin) == 0
 
 
@@ -448,7 +457,7 @@ def test_pending_work_without_a_key_raises_missing_api_key_and_stays_pending(
     with pytest.raises(MissingApiKey):
         deliver_conversation(deployment, CONVERSATION)
     key = ids.conversation_key(CONVERSATION)
-    assert len(Outbox(deployment.layout).pending(key, 0)) == 1
+    assert len(deployment.store().pending(key, 0)) == 1
 
 
 def test_a_pending_fork_is_resolved_before_any_message(
@@ -468,8 +477,9 @@ def test_a_pending_fork_is_resolved_before_any_message(
 
     monkeypatch.setattr(forks, "resolve_pending_fork", resolve_pending_fork)
     key = ids.conversation_key(CONVERSATION)
-    deployment.layout.pending_fork(key).parent.mkdir(parents=True)
-    deployment.layout.pending_fork(key).write_text("{}")
+    deployment.store().create_fork(
+        key, ForkRecord(parent_id="p", child_id=CONVERSATION, at_entry=0, created_at=0.0)
+    )
     capture(host, range(2))
     report = deliver_conversation(deployment, CONVERSATION)
 

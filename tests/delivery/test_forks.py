@@ -1,4 +1,7 @@
-"""Forks in process: the host's record, the decision rules, and resolution against the stand-in."""
+"""Forks in process: the host's record, the decision rules, and resolution against the stand-in.
+
+Every test that takes ``env`` runs on both stores (the ``store_url`` fixture).
+"""
 
 from __future__ import annotations
 
@@ -19,13 +22,19 @@ from memhoncho.errors import ForkRefused, ForkWaiting, InFlightSettling, Invalid
 from memhoncho.honcho import adapter
 from memhoncho.host import Host
 from memhoncho.models import Ledger
-from memhoncho.store.forks import ForkRecord, clone_marker_path, read_fork
-from memhoncho.store.ledger import read_ledger, write_ledger
+from memhoncho.store.forks import ForkRecord
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_settings
 
 PARENT = "chat-parent"
 CHILD = "chat-child"
+
+
+@pytest.fixture
+def settings(store_url: str | None) -> dict[str, Any]:
+    """The plugin's ``deployment`` runs on both stores (``store_url`` names the database in
+    the environment, so a settings file this module writes keeps it)."""
+    return {}
 
 
 @pytest.fixture
@@ -80,7 +89,7 @@ def _assert_fresh(
 
 
 def _ledger(env: dict[str, Any], conversation_id: str) -> Ledger:
-    ledger = read_ledger(env["deployment"].layout, ids.conversation_key(conversation_id))
+    ledger = env["deployment"].store().read_ledger(ids.conversation_key(conversation_id))
     assert ledger is not None
     return ledger
 
@@ -183,12 +192,11 @@ def test_a_trimmed_anchor_window_that_starts_after_the_fork_point_starts_fresh()
 
 def test_forking_writes_one_record_and_calls_nothing(env: dict[str, Any]) -> None:
     env["host"].conversation_forked(PARENT, CHILD, 7)
-    layout = env["deployment"].layout
-    record = read_fork(layout, ids.conversation_key(CHILD))
+    store = env["deployment"].store()
+    record = store.read_fork(ids.conversation_key(CHILD))
     assert record is not None
     assert (record.parent_id, record.child_id, record.at_entry) == (PARENT, CHILD, 7)
-    assert forks.pending_fork_keys(layout) == [ids.conversation_key(CHILD)]
-    assert json.loads(layout.pending_fork(ids.conversation_key(CHILD)).read_text())["at_entry"] == 7
+    assert forks.pending_fork_keys(store) == [ids.conversation_key(CHILD)]
 
 
 def test_forking_makes_no_request_to_honcho(env: dict[str, Any], standin: HonchoStandIn) -> None:
@@ -204,7 +212,7 @@ def test_a_bad_fork_point_is_refused_and_changes_nothing(
     with pytest.raises(InvalidInput) as caught:
         env["host"].conversation_forked(PARENT, CHILD, at_entry)
     assert caught.value.code == "ERR_INVALID_INPUT"
-    assert forks.pending_fork_keys(env["deployment"].layout) == []
+    assert forks.pending_fork_keys(env["deployment"].store()) == []
 
 
 @pytest.mark.parametrize("bad", ["", " padded", "a\x00b", 12])
@@ -213,7 +221,7 @@ def test_bad_conversation_ids_are_refused(env: dict[str, Any], bad: Any) -> None
         env["host"].conversation_forked(bad, CHILD, 1)
     with pytest.raises(InvalidId):
         env["host"].conversation_forked(PARENT, bad, 1)
-    assert forks.pending_fork_keys(env["deployment"].layout) == []
+    assert forks.pending_fork_keys(env["deployment"].store()) == []
 
 
 def test_a_second_fork_of_the_same_child_is_refused(env: dict[str, Any]) -> None:
@@ -221,16 +229,16 @@ def test_a_second_fork_of_the_same_child_is_refused(env: dict[str, Any]) -> None
     with pytest.raises(ForkRefused) as caught:
         env["host"].conversation_forked("other", CHILD, 9)
     assert caught.value.code == "ERR_FORK_REFUSED"
-    record = read_fork(env["deployment"].layout, ids.conversation_key(CHILD))
+    record = env["deployment"].store().read_fork(ids.conversation_key(CHILD))
     assert record is not None and record.parent_id == PARENT
 
 
 def test_forking_a_child_that_has_a_session_is_refused(env: dict[str, Any]) -> None:
     key = ids.conversation_key(CHILD)
-    write_ledger(env["deployment"].layout, key, Ledger(conversation_id=CHILD, session_id="s1"))
+    env["deployment"].store().write_ledger(key, Ledger(conversation_id=CHILD, session_id="s1"))
     with pytest.raises(ForkRefused):
         env["host"].conversation_forked(PARENT, CHILD, 3)
-    assert forks.pending_fork_keys(env["deployment"].layout) == []
+    assert forks.pending_fork_keys(env["deployment"].store()) == []
 
 
 def test_a_conversation_cannot_fork_itself_or_close_a_cycle(env: dict[str, Any]) -> None:
@@ -273,7 +281,7 @@ def test_a_fork_clones_the_parent_at_its_anchor_then_the_child_continues(
     assert INTENT_KEY not in meta[parent.session_id]
     assert meta[child.session_id][FORK_CHILD_KEY] == ids.conversation_key(CHILD)
     assert child.clone_intent is None
-    assert forks.pending_fork_keys(env["deployment"].layout) == []
+    assert forks.pending_fork_keys(env["deployment"].store()) == []
     # The clone has the child's members with memhoncho's configs, and anchors of its own.
     user = ids.peer_id("ana@example.com")
     assert standin.peer_config(env["ws"], child.session_id, user) == {
@@ -353,7 +361,7 @@ def test_a_fork_waits_for_a_parent_still_pending_at_fork_time(
         _deliver(env, CHILD)
     assert caught.value.code == "ERR_FORK_WAITING"
     assert standin.request_count("/clone") == 0
-    assert forks.pending_fork_keys(env["deployment"].layout) == [ids.conversation_key(CHILD)]
+    assert forks.pending_fork_keys(env["deployment"].store()) == [ids.conversation_key(CHILD)]
     _deliver(env, PARENT)
     child = _deliver(env, CHILD)
     assert child.fork is not None and child.fork.outcome == "clone"
@@ -400,7 +408,7 @@ def test_a_fork_of_a_fork_not_yet_resolved_resolves_its_parent_first(
     assert texts(standin, env["ws"], child.session_id) == ["p-u1", "p-a2", "p-u3", "p-a4"]
     assert grandchild.fork is not None and grandchild.fork.outcome == "clone"
     assert texts(standin, env["ws"], grandchild.session_id) == ["p-u1", "p-a2", "g-u3"]
-    assert forks.pending_fork_keys(env["deployment"].layout) == []
+    assert forks.pending_fork_keys(env["deployment"].store()) == []
 
 
 def test_the_sweep_entry_resolves_pending_forks_and_the_summary_counts_them(
@@ -410,11 +418,11 @@ def test_the_sweep_entry_resolves_pending_forks_and_the_summary_counts_them(
     _capture(env, PARENT, *PARENT_RUNS[:1])
     env["host"].conversation_forked(PARENT, CHILD, 2)
     env["host"].conversation_forked("unknown", "other-child", 2)
-    layout = env["deployment"].layout
+    store = env["deployment"].store()
     results = {r["conversation_key"]: r for r in forks.resolve_pending_forks(env["deployment"])}
     assert results[ids.conversation_key(CHILD)]["status"] == "waiting"
     assert results[ids.conversation_key("other-child")]["outcome"] == "none-unknown-parent"
-    summary = forks.fork_summary(layout)
+    summary = forks.fork_summary(store)
     assert summary["pending"] == 1 and summary["decisions"] == {"none-unknown-parent": 1}
     _deliver(env, PARENT)
     results = {r["conversation_key"]: r for r in forks.resolve_pending_forks(env["deployment"])}
@@ -423,7 +431,7 @@ def test_the_sweep_entry_resolves_pending_forks_and_the_summary_counts_them(
         "status": "resolved",
         "outcome": "clone",
     }
-    summary = forks.fork_summary(layout)
+    summary = forks.fork_summary(store)
     assert summary["pending"] == 0
     assert summary["decisions"] == {"none-unknown-parent": 1, "clone": 1}
     assert summary["recent"][0]["child"] == ids.conversation_key(CHILD)
@@ -491,6 +499,6 @@ def test_a_resolution_cut_off_at_any_step_ends_with_exactly_one_clone(
     assert texts(standin, env["ws"], child.session_id) == ["p-u1", "p-a2", "p-u3", "p-a4", "c-u5"]
     meta = {s["id"]: s["metadata"] for s in standin.sessions(env["ws"])}
     assert INTENT_KEY not in meta[parent.session_id]
-    assert forks.pending_fork_keys(env["deployment"].layout) == []
+    assert forks.pending_fork_keys(env["deployment"].store()) == []
     assert _ledger(env, CHILD).clone_intent is None
-    assert not clone_marker_path(env["deployment"].layout, ids.conversation_key(PARENT)).exists()
+    assert env["deployment"].store().read_clone_marker(ids.conversation_key(PARENT)) is None

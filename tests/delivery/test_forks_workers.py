@@ -174,8 +174,8 @@ def test_each_fork_rule_holds_through_a_real_worker(
     )
     # Only the three clones were made, and never of an empty session.
     assert standin.request_count("/clone") == 3
-    assert forks.pending_fork_keys(deployment.layout) == []
-    summary = forks.fork_summary(deployment.layout)
+    assert forks.pending_fork_keys(deployment.store()) == []
+    summary = forks.fork_summary(deployment.store())
     assert summary["decisions"] == {
         "clone": 3,
         "none-window": 1,
@@ -291,7 +291,7 @@ def test_a_worker_killed_at_each_step_of_a_fork_leaves_one_session_per_child(
     assert len(children) >= 50
     assert not clone_marker_path(deployment.layout, ids.conversation_key(PARENT)).exists()
     forks.resolve_pending_forks(deployment)  # the sweep clears records a kill left behind
-    assert forks.pending_fork_keys(deployment.layout) == []
+    assert forks.pending_fork_keys(deployment.store()) == []
 
 
 def _ledger_session(deployment: Deployment, conversation_id: str) -> str | None:

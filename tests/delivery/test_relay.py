@@ -127,7 +127,7 @@ def test_the_full_scan_skips_an_outbox_whose_records_are_all_delivered(
     keyless_host.capture(run_event("conv-1", 0))
     layout = keyless_host.deployment.layout
     key = ids.conversation_key("conv-1")
-    last = keyless_host.outbox.read(key).records[-1]["seq"]
+    last = keyless_host.deployment.store().records(key)[-1]["seq"]
     write_ledger(layout, key, Ledger(conversation_id="conv-1", delivered_seq=last))
     assert Relay(keyless_host.deployment, recorder).scan(full=True).published == 0
 

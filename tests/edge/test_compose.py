@@ -232,7 +232,7 @@ def test_beat_flower_and_the_status_server_have_healthchecks_that_exist(
     assert f"http://127.0.0.1:{port}/healthcheck" in flower[2]
     assert ("/healthcheck", monitor.Healthcheck) in [h for h in handlers if isinstance(h, tuple)]
     for name, service in _memhoncho_services(compose).items():
-        if name != "host":
+        if name not in ("host", "store-migrate"):  # store-migrate: a one-shot, its exit code
             assert service["healthcheck"]["interval"], name
 
 
@@ -262,8 +262,21 @@ def test_the_selfhost_profile_builds_honcho_at_a_tag_with_pgvector(
     assert "vector" in compose["configs"]["pgvector-init"]["content"]
 
 
+def test_the_postgres_profile_runs_the_store_database_and_its_schema_upgrade(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    postgres = {name for name, s in services.items() if "postgres" in s.get("profiles", [])}
+    assert postgres == {"store-db", "store-migrate"}
+    assert services["store-db"]["image"].startswith("postgres:")
+    assert _command(services["store-migrate"]) == ["memhoncho", "db", "upgrade"]
+    assert services["store-migrate"]["depends_on"]["store-db"]["condition"] == "service_healthy"
+    for name, service in _memhoncho_services(compose).items():  # one setting moves them all
+        assert "MEMHONCHO_STORE_URL" in service["environment"], name
+
+
 def test_the_dockerfile_installs_memhoncho_with_flower_on_python_3_11() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert text.splitlines()[1].startswith("FROM python:3.11-slim")
-    assert 'pip install ".[flower]"' in text
+    assert 'pip install ".[flower,postgres]"' in text
     assert "USER memhoncho" in text

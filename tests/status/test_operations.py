@@ -42,6 +42,7 @@ def test_doctor_fails_a_broken_setup_and_says_what_to_do(
         "settings": "fail",
         "api_key": "fail",
         "data_dir": "pass",
+        "store": "pass",
         "broker": "fail",
         "workers": "fail",
         "beat": "fail",

@@ -21,10 +21,14 @@ from memhoncho.results.signals import Recorder
 SECRET_TEXT = "my knee hurts sk-live-SECRET"
 
 
-@pytest.fixture(params=["redis", "file"])
+@pytest.fixture(params=["redis", "file", "postgresql"])
 def store(request: pytest.FixtureRequest, data_dir: Path) -> Iterator[ResultsStore]:
     if request.param == "redis":
         yield RedisResults(fakeredis.FakeRedis(decode_responses=True))
+    elif request.param == "postgresql":
+        from memhoncho.results.postgres_store import PostgresResults
+
+        yield PostgresResults(request.getfixturevalue("postgres_url"), data_dir)
     else:
         yield FileResults(data_dir)
 
@@ -104,6 +108,10 @@ def test_the_store_is_redis_only_for_a_redis_broker(data_dir: Path) -> None:
     assert isinstance(results.store_for(None, data_dir), FileResults)
     assert isinstance(results.store_for("filesystem://", data_dir), FileResults)
     assert isinstance(results.store_for("redis://127.0.0.1:6379/13", data_dir), RedisResults)
+    from memhoncho.results.postgres_store import PostgresResults
+
+    on_postgres = results.store_for("redis://127.0.0.1:6379/13", data_dir, "postgresql://h/db")
+    assert isinstance(on_postgres, PostgresResults)  # the store of many machines holds them
 
 
 class _Task:

@@ -1,4 +1,7 @@
-"""The status view over real store files: figures, the marker, degraded buckets, queue depths."""
+"""The status view over real store files: figures, the marker, degraded buckets, queue depths.
+
+Tests taking ``store_url`` run on both stores; the others are about the files themselves.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +18,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
 from memhoncho.status.view import StatusReader, honcho_host, status_view
 from memhoncho.store.atomic import write_json
-from memhoncho.store.ledger import write_ledger
-from memhoncho.store.outbox import Outbox
+from memhoncho.store.forks import ForkRecord
 from memhoncho.testing.config import write_api_key
 
 API_KEY = "sk-status-test-SECRET"
@@ -50,25 +52,22 @@ def _append(
             for i in range(messages)
         ],
     }
-    appended = Outbox(ctx.layout).append(
-        key, record, max_pending=100, delivered_seq=lambda: 0, delivered_before=lambda b: False
-    )
+    appended = ctx.store().append(key, record, max_pending=100)
     assert appended.seq is not None
     return appended.seq
 
 
 def _ledger(ctx: Deployment, conversation: str, **fields: Any) -> None:
-    write_ledger(
-        ctx.layout,
+    ctx.store().write_ledger(
         ids.conversation_key(conversation),
         Ledger(conversation_id=conversation, **fields),
     )
 
 
 def test_an_empty_store_answers_real_zeros_and_an_absent_marker(
-    config_dir: Path, data_dir: Path
+    config_dir: Path, data_dir: Path, store_url: str | None
 ) -> None:
-    view = status_view(_context(config_dir, data_dir))
+    view = status_view(_context(config_dir, data_dir, store_url=store_url))
     assert view["outbox"]["state"] == "ok"
     assert view["outbox"]["pending_batches"] == 0
     assert view["outbox"]["oldest_pending_age_s"] == 0  # nothing pending: known, not "unknown"
@@ -80,9 +79,9 @@ def test_an_empty_store_answers_real_zeros_and_an_absent_marker(
 
 
 def test_pending_figures_count_only_what_the_ledger_has_not_delivered(
-    config_dir: Path, data_dir: Path
+    config_dir: Path, data_dir: Path, store_url: str | None
 ) -> None:
-    ctx = _context(config_dir, data_dir)
+    ctx = _context(config_dir, data_dir, store_url=store_url)
     now = time.time()
     first = _append(ctx, "c-1", "r1", owner="ana", messages=2, captured_at=now - 500)
     _append(ctx, "c-1", "r2", owner="ana", messages=3, captured_at=now - 100)
@@ -105,8 +104,10 @@ def test_pending_figures_count_only_what_the_ledger_has_not_delivered(
     assert "outbox" not in view["degraded"] and "ledgers" not in view["degraded"]
 
 
-def test_a_second_read_sees_what_changed_since_the_first(config_dir: Path, data_dir: Path) -> None:
-    ctx = _context(config_dir, data_dir)
+def test_a_second_read_sees_what_changed_since_the_first(
+    config_dir: Path, data_dir: Path, store_url: str | None
+) -> None:
+    ctx = _context(config_dir, data_dir, store_url=store_url)
     reader = StatusReader(ctx)
     seq = _append(ctx, "c-1", "r1", owner=None, messages=1, captured_at=time.time())
     assert reader.read()["outbox"]["pending_batches"] == 1
@@ -182,17 +183,37 @@ def test_an_unreadable_marker_leaves_the_ledgers_delivery_time(
     ("marker", "ledger", "source"), [(2000.0, 1000.0, "marker"), (1000.0, 2000.0, "ledgers")]
 )
 def test_the_newer_of_marker_and_ledgers_wins(
-    config_dir: Path, data_dir: Path, marker: float, ledger: float, source: str
+    config_dir: Path,
+    data_dir: Path,
+    marker: float,
+    ledger: float,
+    source: str,
+    store_url: str | None,
 ) -> None:
-    ctx = _context(config_dir, data_dir)
+    ctx = _context(config_dir, data_dir, store_url=store_url)
     _ledger(ctx, "c-1", last_delivered_at=ledger)
-    write_json(ctx.layout.last_delivery, {"at": marker})
+    ctx.store().mark_last_delivery({"at": marker})
     last = status_view(ctx)["last_delivery"]
     assert (last["at"], last["source"]) == (max(marker, ledger), source)
     assert last["marker"]["state"] == "ok"
 
 
-def test_dead_letters_quarantine_forks_and_departures_are_counted(
+def test_dead_letters_forks_and_departures_are_counted(
+    config_dir: Path, data_dir: Path, store_url: str | None
+) -> None:
+    ctx = _context(config_dir, data_dir, store_url=store_url)
+    store = ctx.store()
+    store.append_dead("c-1", [{"seq": 1, "batch_id": "a"}, {"seq": 2, "batch_id": "b"}], "test")
+    store.append_dead("c-2", [{"seq": 1, "batch_id": "c"}], "test")
+    store.create_fork("child", ForkRecord(parent_id="p", child_id="c", at_entry=1, created_at=1))
+    store.write_departure("ana", {"peer_id": "ana", "at": 5.0, "purged": True})
+    view = status_view(ctx)
+    assert view["dead_letters"] == {"state": "ok", "files": 2, "records": 3}
+    assert view["forks"]["pending"] == 1
+    assert view["departures"]["notices"] == [{"peer_id": "ana", "at": 5.0, "purged": True}]
+
+
+def test_dead_letter_and_quarantine_files_are_counted_by_line(
     config_dir: Path, data_dir: Path
 ) -> None:
     ctx = _context(config_dir, data_dir)
@@ -225,6 +246,18 @@ def test_the_config_summary_shows_no_key_and_no_credentials(
     text = json.dumps(view)
     assert API_KEY not in text and "hunter2" not in text and "abc" not in text
     assert honcho_host("not a url") == "(unparsable URL)"
+
+
+def test_the_config_summary_names_the_store_kind_never_its_url(
+    config_dir: Path, data_dir: Path
+) -> None:
+    assert status_view(_context(config_dir, data_dir))["config"]["store"] == "files"
+    # unreachable on purpose: the summary names the kind without connecting
+    url = "postgresql://memhoncho:s3cret-pw@127.0.0.1:1/memhoncho"
+    view = status_view(_context(config_dir, data_dir, store_url=url, store_timeout_s=0.5))
+    assert view["config"]["store"] == "postgresql"
+    assert "s3cret-pw" not in json.dumps(view)
+    assert view["outbox"]["state"] == "degraded"  # the census says it cannot reach it
 
 
 def test_queue_depths_come_from_redis(config_dir: Path, data_dir: Path, redis_url: str) -> None:
@@ -326,13 +359,15 @@ def test_a_damaged_summary_cache_is_rebuilt(config_dir: Path, data_dir: Path) ->
         assert view["outbox"]["pending_messages"] == 2 and view["outbox"]["state"] == "ok"
 
 
-def test_removed_conversations_leave_the_figures(config_dir: Path, data_dir: Path) -> None:
-    ctx = _context(config_dir, data_dir)
+def test_removed_conversations_leave_the_figures(
+    config_dir: Path, data_dir: Path, store_url: str | None
+) -> None:
+    ctx = _context(config_dir, data_dir, store_url=store_url)
     reader = StatusReader(ctx)
     _append(ctx, "c-1", "r1", owner=None, messages=1, captured_at=time.time())
     _append(ctx, "c-2", "r1", owner=None, messages=1, captured_at=time.time())
     assert reader.read()["outbox"]["conversations_pending"] == 2
-    Outbox(ctx.layout).remove(ids.conversation_key("c-2"))
+    ctx.store().remove_outbox(ids.conversation_key("c-2"))
     outbox = reader.read()["outbox"]
     assert (outbox["conversations"], outbox["conversations_pending"]) == (1, 1)
 

@@ -30,9 +30,14 @@ OTHER = "conv-clean"
 
 @pytest.fixture
 def deployment(
-    config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str
+    config_dir: Path,
+    data_dir: Path,
+    standin: HonchoStandIn,
+    workspace_id: str,
+    store_url: str | None,
 ) -> Iterator[Deployment]:
-    write_settings(config_dir, base_url=standin.url, workspace_id=workspace_id)
+    """Two conversations delivered, on each store."""
+    write_settings(config_dir, base_url=standin.url, workspace_id=workspace_id, store_url=store_url)
     write_api_key(config_dir, KEY)
     deployment = Deployment(config_dir, data_dir)
     with Host(config_dir, data_dir) as host:

@@ -80,9 +80,9 @@ def test_purge_removes_exactly_that_users_pending_records_and_caches(host: Host)
     }
     assert removed == expected
     for conversation in ("ana-1", "ana-2"):
-        assert host.outbox.read(ids.conversation_key(conversation)).records == []
+        assert host.deployment.store().records(ids.conversation_key(conversation)) == []
     for conversation in ("bo-1", "free"):
-        assert len(host.outbox.read(ids.conversation_key(conversation)).records) == 2
+        assert len(host.deployment.store().records(ids.conversation_key(conversation))) == 2
     assert layout.ledger(ids.conversation_key("ana-old")).exists()  # what Honcho holds stays known
     text = json.dumps(result)
     assert "hello" not in text and ANA not in text
@@ -103,7 +103,7 @@ def test_new_captures_after_a_purge_are_kept(host: Host) -> None:
     _seed(host)
     host.user_deleted(ANA, purge=True)
     assert host.capture(_run("ana-1", "r3", ANA)).status == "captured"
-    assert len(host.outbox.read(ids.conversation_key("ana-1")).records) == 1
+    assert len(host.deployment.store().records(ids.conversation_key("ana-1"))) == 1
 
 
 def test_a_malformed_user_name_is_refused_and_changes_nothing(host: Host) -> None:

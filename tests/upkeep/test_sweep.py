@@ -1,4 +1,8 @@
-"""The sweep without Celery: re-drive, compaction, retention, quarantine, replay, the index."""
+"""The sweep without Celery: re-drive, compaction, retention, quarantine, replay, the index.
+
+Tests taking ``deployment`` run on both stores; ``file_deployment`` ones are about the files
+themselves (torn lines, mark lines, the sweep index).
+"""
 
 from __future__ import annotations
 
@@ -16,14 +20,23 @@ from memhoncho import ids
 from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
 from memhoncho.store import peek
-from memhoncho.store.deadletters import read_dead
-from memhoncho.store.ledger import write_ledger
-from memhoncho.store.locks import file_lock
-from memhoncho.store.outbox import Outbox, encode_line
+from memhoncho.store.outbox import encode_line
 from memhoncho.upkeep.replay import replay
 from memhoncho.upkeep.sweep import sweep
 
 DAY_S = 86_400.0
+
+
+@pytest.fixture
+def settings(store_url: str | None) -> dict[str, Any]:
+    """The plugin's ``deployment`` runs on both stores (``store_url`` names the database in
+    the environment, so a settings file this module writes keeps it)."""
+    return {}
+
+
+@pytest.fixture
+def file_deployment(config_dir: Path, data_dir: Path) -> Deployment:
+    return Deployment(config_dir, data_dir)
 
 
 def _record(conversation: str, n: int, captured_at: float | None = None) -> dict[str, Any]:
@@ -48,16 +61,12 @@ def _capture(
     captured_at: float | None = None,
     start: int = 0,
 ) -> list[int]:
-    outbox = Outbox(deployment.layout)
+    store = deployment.store()
     key = ids.conversation_key(conversation)
     seqs = []
     for n in range(count):
-        appended = outbox.append(
-            key,
-            _record(conversation, start + n, captured_at),
-            max_pending=100_000,
-            delivered_seq=lambda: 0,
-            delivered_before=lambda b: False,
+        appended = store.append(
+            key, _record(conversation, start + n, captured_at), max_pending=100_000
         )
         assert appended.seq is not None
         seqs.append(appended.seq)
@@ -66,8 +75,7 @@ def _capture(
 
 def _deliver_up_to(deployment: Deployment, conversation: str, seq: int, **extra: Any) -> None:
     key = ids.conversation_key(conversation)
-    write_ledger(
-        deployment.layout,
+    deployment.store().write_ledger(
         key,
         Ledger(
             conversation_id=conversation,
@@ -88,9 +96,7 @@ def _dead_lettered(deployment: Deployment, conversation: str, records: int) -> s
 
 
 def _outbox_seqs(deployment: Deployment, conversation: str) -> list[int]:
-    return [
-        r["seq"] for r in Outbox(deployment.layout).read(ids.conversation_key(conversation)).records
-    ]
+    return [r["seq"] for r in deployment.store().records(ids.conversation_key(conversation))]
 
 
 class Recorder:
@@ -144,7 +150,7 @@ def test_records_past_retention_move_to_dead_letters_with_a_warning_each(
     report = sweep(deployment, Recorder())
     assert report.dead_lettered == 3
     assert _outbox_seqs(deployment, "c.old") == fresh
-    dead = read_dead(deployment.layout, ids.conversation_key("c.old"))
+    dead = deployment.store().read_dead(ids.conversation_key("c.old"))
     assert [r["seq"] for r in dead] == old_seqs
     assert all(r["dead_reason"] == "retention" for r in dead)
     warnings = [r for r in caplog.records if getattr(r, "action", "") == "dead_lettered"]
@@ -166,7 +172,7 @@ def test_retention_waits_while_a_delivery_holds_the_conversation(deployment: Dep
     old = time.time() - 40 * DAY_S
     seqs = _capture(deployment, "c.busy", 2, captured_at=old)
     key = ids.conversation_key("c.busy")
-    with file_lock(deployment.layout.conversation_lock(key)):
+    with deployment.store().conversation_lock(key):
         report = sweep(deployment, Recorder())
     assert report.dead_lettered == 0
     assert report.conversations[0].retention_skipped
@@ -182,8 +188,8 @@ def test_replay_brings_dead_letters_back_once_and_the_next_sweep_keeps_them(
     first = replay(deployment, enqueue=enqueue)
     assert (first.replayed, first.left) == (2, 0)
     assert enqueue.calls == ["c.r"]
-    assert not deployment.layout.dead(key).exists()
-    records = Outbox(deployment.layout).read(key).records
+    assert deployment.store().read_dead(key) == []
+    records = deployment.store().records(key)
     assert [r["batch_id"] for r in records] == ["bc.r000000", "bc.r000001"]
     assert all("replayed_at" in r and "dead_at" not in r for r in records)
     again = replay(deployment, "c.r")
@@ -196,15 +202,19 @@ def test_replay_after_a_crash_between_append_and_removal_appends_nothing_twice(
     deployment: Deployment,
 ) -> None:
     key = _dead_lettered(deployment, "c.crash", 2)
-    dead_bytes = deployment.layout.dead(key).read_bytes()
+    store = deployment.store()
+    dead = store.read_dead(key)
     replay(deployment, "c.crash")
-    deployment.layout.dead(key).write_bytes(dead_bytes)  # as if the removal never happened
+    store.replace_dead(key, dead)  # as if the removal never happened
     second = replay(deployment, "c.crash")
     assert (second.replayed, second.already_present, second.left) == (0, 2, 0)
-    assert len(Outbox(deployment.layout).read(key).records) == 2
+    assert len(store.records(key)) == 2
 
 
-def test_torn_and_corrupt_lines_are_quarantined_and_good_ones_kept(deployment: Deployment) -> None:
+def test_torn_and_corrupt_lines_are_quarantined_and_good_ones_kept(
+    file_deployment: Deployment,
+) -> None:
+    deployment = file_deployment
     seqs = _capture(deployment, "c.bad", 3)
     key = ids.conversation_key("c.bad")
     path = deployment.layout.outbox(key)
@@ -219,8 +229,9 @@ def test_torn_and_corrupt_lines_are_quarantined_and_good_ones_kept(deployment: D
 
 
 def test_a_full_disk_is_a_store_error_per_conversation_and_the_sweep_goes_on(
-    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+    file_deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    deployment = file_deployment  # torn lines and a full disk: the files' own failures
     _capture(deployment, "c.torn", 2)
     _capture(deployment, "c.fine", 1)
     path = deployment.layout.outbox(ids.conversation_key("c.torn"))
@@ -258,7 +269,10 @@ def test_a_failing_enqueue_is_recorded_per_conversation_and_the_sweep_goes_on(
     assert report.dropped_delivered == 1
 
 
-def test_a_corrupt_ledger_is_a_failure_and_its_outbox_is_left_whole(deployment: Deployment) -> None:
+def test_a_corrupt_ledger_is_a_failure_and_its_outbox_is_left_whole(
+    file_deployment: Deployment,
+) -> None:
+    deployment = file_deployment
     seqs = _capture(deployment, "c.l", 2)
     deployment.layout.ledger(ids.conversation_key("c.l")).parent.mkdir(parents=True, exist_ok=True)
     deployment.layout.ledger(ids.conversation_key("c.l")).write_text("{not json")
@@ -270,8 +284,9 @@ def test_a_corrupt_ledger_is_a_failure_and_its_outbox_is_left_whole(deployment: 
 
 
 def test_a_sweep_with_nothing_pending_reads_no_outbox(
-    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+    file_deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    deployment = file_deployment
     for n in range(5):
         seqs = _capture(deployment, f"c{n}", 2)
         _deliver_up_to(deployment, f"c{n}", seqs[-1])
@@ -306,7 +321,10 @@ def test_the_edges_of_an_outbox_are_its_first_and_last_records(tmp_path: Path) -
     assert peek.edges(tmp_path / "absent.jsonl") == peek.Edges(None, None, 0)
 
 
-def test_pending_records_before_a_trailing_mark_are_still_pending(deployment: Deployment) -> None:
+def test_pending_records_before_a_trailing_mark_are_still_pending(
+    file_deployment: Deployment,
+) -> None:
+    deployment = file_deployment
     old = time.time() - 40 * DAY_S
     _capture(deployment, "c.m", 2, captured_at=old)
     _deliver_up_to(deployment, "c.m", 0, in_flight=["bc.m000000-0"])

@@ -1,0 +1,271 @@
+"""The file store: one data directory on one machine (the default, ``store_url`` unset).
+
+A thin face over the modules that own the files (outbox, ledger, forks, dead letters, locks,
+sweep index): the files on disk are exactly what they were before the store interface. Every
+process of the deployment must see the same directory, with working ``fcntl`` locks and
+``fsync``: one machine, or a shared filesystem that truly provides both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from memhoncho.errors import CorruptFile
+from memhoncho.models import ForkDecision, Ledger
+from memhoncho.store import deadletters, peek, sweep_index
+from memhoncho.store import forks as fork_files
+from memhoncho.store.atomic import write_json
+from memhoncho.store.base import Appended, Record, Store, SweepListing
+from memhoncho.store.layout import Layout
+from memhoncho.store.ledger import LedgerCache, read_ledger, write_ledger
+from memhoncho.store.locks import file_lock
+from memhoncho.store.outbox import Outbox
+
+if TYPE_CHECKING:
+    from memhoncho.status.census import Census
+    from memhoncho.store.forks import ForkRecord
+
+
+class FileStore(Store):
+    kind = "files"
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.outbox = Outbox(layout)
+        self._ledgers = LedgerCache(layout)
+        self._census_lock = threading.Lock()
+        self._summary: Any = None  # status.census.SummaryCache, built on first census
+
+    # ---- the outbox ------------------------------------------------------------------------
+
+    def append(
+        self,
+        key: str,
+        record: Record,
+        *,
+        max_pending: int,
+        max_bytes: int | None = None,
+        after_write: Callable[[], object] | None = None,
+    ) -> Appended:
+        appended = self.outbox.append(
+            key,
+            record,
+            max_pending=max_pending,
+            delivered_seq=lambda: self._delivered_seq(key),
+            delivered_before=lambda batch: self._delivered_before(key, batch),
+            delivered_digest=lambda batch: self._delivered_digest(key, batch),
+            max_bytes=max_bytes,
+            after_write=after_write,
+        )
+        return Appended(duplicate=appended.duplicate, seq=appended.seq)
+
+    def _delivered_seq(self, key: str) -> int:
+        try:
+            return self._ledgers.delivered_seq(key)
+        except CorruptFile:
+            return 0  # the outbox's own clock still orders the new record after the old
+
+    def _delivered_digest(self, key: str, batch_id: str) -> str | None:
+        try:
+            return self._ledgers.delivered_digest(key, batch_id)
+        except CorruptFile:
+            return None  # unknown content: a duplicate, as before digests
+
+    def _delivered_before(self, key: str, batch_id: str) -> bool:
+        try:
+            return self._ledgers.delivered_before(key, batch_id)
+        except CorruptFile:
+            return False  # accept: a redelivery is deduplicated against Honcho, a loss is not
+
+    def records(self, key: str) -> list[Record]:
+        return self.outbox.read(key).records
+
+    def pending(self, key: str, after_seq: int) -> list[Record]:
+        return self.outbox.pending(key, after_seq)
+
+    def edges(self, key: str) -> tuple[Record | None, Record | None]:
+        found = peek.edges(self.layout.outbox(key))
+        if found is not None:
+            return found.first, found.last
+        records = self.records(key)  # a torn or corrupt edge: the full read repairs it
+        return (records[0], records[-1]) if records else (None, None)
+
+    def newest_seq(self, key: str) -> int:
+        found = peek.edges(self.layout.outbox(key))  # two line reads, no parse, no lock
+        if found is not None:
+            return int(found.last["seq"]) if found.last is not None else 0
+        return super().newest_seq(key)
+
+    def rewrite(
+        self,
+        key: str,
+        keep: Callable[[Record], bool],
+        before_replace: Callable[[list[Record]], None] | None = None,
+    ) -> tuple[list[Record], list[Record]]:
+        return self.outbox.rewrite(key, keep, before_replace)
+
+    def remove_outbox(self, key: str) -> None:
+        self.outbox.remove(key)
+
+    def conversation_keys(self) -> list[str]:
+        return self.layout.conversation_keys()
+
+    def sweep_listing(self) -> SweepListing:
+        """Outboxes whose stat stamp differs from the one the last sweep found clean."""
+        stamps = sweep_index.outbox_stamps(self.layout)  # before any look: a change is seen
+        index = sweep_index.load_index(self.layout)
+        unchanged = {k: s for k, s in stamps.items() if index.get(k) == s}
+        keys = [k for k in stamps if k not in unchanged]
+
+        def remember(clean: set[str]) -> None:
+            kept = {**unchanged, **{k: stamps[k] for k in clean if k in stamps}}
+            if kept != index:
+                sweep_index.save_index(self.layout, dict(sorted(kept.items())))
+
+        return SweepListing(len(stamps), keys, len(unchanged), remember)
+
+    def quarantine_mark(self, key: str) -> int:
+        return sweep_index.file_stamp(self.layout.quarantine(key))[1]
+
+    def quarantined_since(self, key: str, mark: int) -> int:
+        try:
+            with open(self.layout.quarantine(key), "rb") as handle:
+                handle.seek(mark)
+                return handle.read().count(b"\n")
+        except FileNotFoundError:
+            return 0
+
+    # ---- serialization -----------------------------------------------------------------------
+
+    def conversation_lock(
+        self, key: str, *, timeout_s: float | None = None
+    ) -> AbstractContextManager[None]:
+        return file_lock(self.layout.conversation_lock(key), timeout_s=timeout_s)
+
+    # ---- ledgers -----------------------------------------------------------------------------
+
+    def read_ledger(self, key: str) -> Ledger | None:
+        return read_ledger(self.layout, key)
+
+    def write_ledger(self, key: str, ledger: Ledger) -> None:
+        write_ledger(self.layout, key, ledger)
+
+    def ledger_keys(self) -> list[str]:
+        try:
+            names = os.listdir(self.layout.ledger_dir)
+        except FileNotFoundError:
+            return []
+        return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
+
+    # ---- forks -------------------------------------------------------------------------------
+
+    def read_fork(self, key: str) -> ForkRecord | None:
+        return fork_files.read_fork(self.layout, key)
+
+    def has_pending_fork(self, key: str) -> bool:
+        return self.layout.pending_fork(key).exists()  # one stat, on every delivery
+
+    def create_fork(self, key: str, record: ForkRecord) -> bool:
+        return fork_files.create_fork(self.layout, key, record)
+
+    def remove_fork(self, key: str) -> None:
+        fork_files.remove_fork(self.layout, key)
+
+    def pending_fork_keys(self) -> list[str]:
+        return fork_files.pending_fork_keys(self.layout)
+
+    def append_decision(self, key: str, decision: ForkDecision) -> None:
+        fork_files.append_decision(self.layout, key, decision)
+
+    def read_decisions(self) -> dict[str, dict[str, Any]]:
+        return fork_files.read_decisions(self.layout)
+
+    def read_clone_marker(self, parent_key: str) -> dict[str, Any] | None:
+        return fork_files.read_clone_marker(self.layout, parent_key)
+
+    def write_clone_marker(self, parent_key: str, marker: dict[str, Any]) -> None:
+        fork_files.write_clone_marker(self.layout, parent_key, marker)
+
+    def remove_clone_marker(self, parent_key: str) -> None:
+        fork_files.remove_clone_marker(self.layout, parent_key)
+
+    # ---- dead letters ------------------------------------------------------------------------
+
+    def dead_lock(self, key: str) -> AbstractContextManager[None]:
+        return deadletters.dead_lock(self.layout, key)
+
+    def append_dead(self, key: str, records: list[Record], reason: str) -> int:
+        return deadletters.append_dead(self.layout, key, records, reason)
+
+    def read_dead(self, key: str) -> list[Record]:
+        return deadletters.read_dead(self.layout, key)
+
+    def replace_dead(self, key: str, remaining: list[Record]) -> None:
+        deadletters.replace_dead(self.layout, key, remaining)
+
+    def dead_keys(self) -> list[str]:
+        return deadletters.dead_keys(self.layout)
+
+    # ---- departures and the last-delivery marker ---------------------------------------------
+
+    def write_departure(self, peer_id: str, departure: dict[str, Any]) -> None:
+        write_json(self.layout.departures_dir / f"{peer_id}.json", departure)
+
+    def departures(self) -> tuple[list[dict[str, Any]], list[str]]:
+        directory = self.layout.departures_dir
+        try:
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+        except FileNotFoundError:
+            return [], []
+        notices: list[dict[str, Any]] = []
+        errors: list[str] = []
+        for name in names:
+            try:
+                value = json.loads((directory / name).read_bytes())
+                if not isinstance(value, dict):
+                    raise ValueError(name)
+                notices.append({"peer_id": name[:-5], **value})
+            except (OSError, ValueError):
+                errors.append(f"departure notice {name} cannot be read")
+        return notices, errors
+
+    def mark_last_delivery(self, marker: dict[str, Any]) -> None:
+        write_json(self.layout.last_delivery, marker)
+
+    def last_delivery(self) -> tuple[float | None, str | None]:
+        path = self.layout.last_delivery
+        try:
+            value = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            return None, f"cannot read {path.name} ({exc.strerror or type(exc).__name__})"
+        except ValueError:
+            return None, f"{path.name} is not valid JSON"
+        return marker_time(value, path.name)
+
+    # ---- status ------------------------------------------------------------------------------
+
+    def census(self) -> Census:
+        from memhoncho.status.census import SummaryCache
+
+        with self._census_lock:
+            if self._summary is None:
+                self._summary = SummaryCache(self.layout)
+            census: Census = self._summary.census()
+            return census
+
+
+def marker_time(value: Any, name: str) -> tuple[float | None, str | None]:
+    """The delivery time a last-delivery marker holds, or why it holds none."""
+    stamp = None
+    if isinstance(value, dict):
+        stamp = value.get("at", value.get("last_delivery_at", value.get("delivered_at")))
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float):
+        return None, f"{name} holds no delivery time"
+    return float(stamp), None

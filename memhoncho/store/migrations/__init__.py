@@ -1,0 +1,1 @@
+"""alembic migrations of the PostgreSQL store (``memhoncho db upgrade`` runs them)."""

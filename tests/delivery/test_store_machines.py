@@ -1,0 +1,274 @@
+"""Many machines on the PostgreSQL store, with real processes: two hosts and two worker fleets,
+each machine with its own data directory (nothing shared but PostgreSQL and Redis), and a
+database restarted under a capture stream. The stand-in's own record is the judge."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memhoncho import ids
+from memhoncho.capture import OUTBOX_ID_KEY
+from memhoncho.deployment import Deployment
+from memhoncho.errors import StoreUnavailable
+from memhoncho.host import Host
+from memhoncho.models import CaptureStatus
+from memhoncho.store import close_stores
+from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.postgres import PrivateCluster
+from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+from memhoncho.testing.runs import expected_texts, run_event
+from memhoncho.upkeep.sweep import sweep
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-machines-key"
+OWNER = "ana@example.com"
+FLEET = (("prefork", 2), ("prefork", 1))  # one machine's workers
+POLL_S = 0.5  # seconds between looks at the stand-in
+SETTLE_TIMEOUT_S = 300.0  # seconds the fleets get to deliver everything
+REDRIVE_AFTER_S = 8.0  # seconds without progress before the test sweeps (beat would, later)
+KILLS = 24  # SIGKILLs of pool children across both fleets
+KILL_GAP_S = (0.1, 0.5)  # seconds between kills
+DOWN_S = 4.0  # seconds the database stays down under the capture stream
+
+
+@pytest.fixture
+def standin() -> Iterator[HonchoStandIn]:
+    with HonchoStandIn(api_key=KEY) as running:
+        yield running
+
+
+def machine(
+    root: Path, name: str, standin: HonchoStandIn, workspace_id: str, redis: str, store: str
+) -> Deployment:
+    """One machine's config and data directories; only the database and the broker shared."""
+    config_dir, data_dir = root / name / "config", root / name / "data"
+    write_settings(
+        config_dir,
+        base_url=standin.url,
+        workspace_id=workspace_id,
+        broker_url=redis,
+        store_url=store,
+        honcho_timeout_s=1.0,
+        store_timeout_s=1.0,
+    )
+    write_api_key(config_dir, KEY)
+    data_dir.mkdir(parents=True)
+    return Deployment(config_dir, data_dir)
+
+
+@contextlib.contextmanager
+def fleet(deployment: Deployment) -> Iterator[list[CeleryProcess]]:
+    env = memhoncho_env(
+        config_dir=deployment.config_dir, data_dir=deployment.data_dir, api_key=None
+    )
+    workers = [CeleryProcess("worker", env, pool=p, concurrency=c) for p, c in FLEET]
+    try:
+        for worker in workers:
+            worker.start(wait=False)
+        for worker in workers:
+            worker.wait_ready()
+        yield workers
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+HOST_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from memhoncho.host import Host
+    from memhoncho.testing.runs import run_event
+    names = sys.argv[1].split(",")
+    with Host() as host:
+        for line in sys.stdin:
+            turn = int(line)
+            for name in names:
+                result = host.capture(run_event(name, turn, "ana@example.com"))
+                assert result.status == "captured", result
+            print(turn, flush=True)
+    """
+)
+
+
+class HostProcess:
+    """A host on its own machine, capturing the turns it is told to, one line per turn."""
+
+    def __init__(self, deployment: Deployment, names: list[str]) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MEMHONCHO_")}
+        env["MEMHONCHO_CONFIG_DIR"] = str(deployment.config_dir)
+        env["MEMHONCHO_DATA_DIR"] = str(deployment.data_dir)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", HOST_SCRIPT, ",".join(names)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def capture_turn(self, turn: int) -> None:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(f"{turn}\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        assert answer.strip() == str(turn), f"host failed at turn {turn}"
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        assert self.process.wait(timeout=60) == 0
+
+
+def stored(standin: HonchoStandIn, workspace_id: str) -> dict[str, list[dict[str, Any]]]:
+    return {s["id"]: s["messages"] for s in standin.sessions(workspace_id)}
+
+
+def wait_delivered(standin: HonchoStandIn, workspace_id: str, wanted: int, redrive: Any) -> None:
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    last, last_change = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        held = sum(len(m) for m in stored(standin, workspace_id).values())
+        if held >= wanted:
+            return
+        if held != last:
+            last, last_change = held, time.monotonic()
+        elif time.monotonic() - last_change > REDRIVE_AFTER_S:
+            redrive()  # what beat's sweep does every 15 minutes, sooner
+            last_change = time.monotonic()
+        time.sleep(POLL_S)
+
+
+def assert_complete_in_order_once(
+    standin: HonchoStandIn, deployment: Deployment, workspace_id: str, runs: dict[str, int]
+) -> None:
+    sessions = stored(standin, workspace_id)
+    store = deployment.store()
+    problems: list[str] = []
+    for name, count in runs.items():
+        messages = sessions.get(ids.session_id(workspace_id, name), [])
+        texts = [m["content"] for m in messages]
+        twice = sum(
+            1 for n in Counter(m["metadata"][OUTBOX_ID_KEY] for m in messages).values() if n > 1
+        )
+        if texts != expected_texts(name, count) or twice:
+            problems.append(f"{name}: {len(texts)} of {2 * count} stored, {twice} twice")
+        ledger = store.read_ledger(ids.conversation_key(name))
+        if ledger is None or ledger.in_flight or ledger.messages_delivered != 2 * count:
+            problems.append(f"{name}: ledger {ledger and ledger.model_dump(exclude={'anchors'})}")
+    assert not problems, "\n".join(problems[:20])
+
+
+def test_two_machines_sharing_only_postgres_and_redis_deliver_every_turn_once_in_order(
+    tmp_path: Path,
+    standin: HonchoStandIn,
+    workspace_id: str,
+    redis_url: str,
+    postgres_url: str,
+) -> None:
+    names = [f"conv-{n:02d}" for n in range(40)]
+    runs = 100
+    machines = [
+        machine(tmp_path, name, standin, workspace_id, redis_url, postgres_url)
+        for name in ("a", "b")
+    ]
+    standin.faults.add("latency_ms", latency_ms=15, count=None, path_contains="/messages")
+    redriver = Host(machines[0].config_dir, machines[0].data_dir)
+    kills = 0
+    with fleet(machines[0]) as fleet_a, fleet(machines[1]) as fleet_b:
+        killable = fleet_a + fleet_b
+        hosts = [HostProcess(m, names) for m in machines]
+        rng = random.Random(20261216)
+        next_kill = time.monotonic() + rng.uniform(*KILL_GAP_S)
+        for turn in range(runs):  # the turns of every conversation alternate between hosts
+            hosts[turn % 2].capture_turn(turn)
+            if time.monotonic() >= next_kill and kills < KILLS:
+                if rng.choice(killable).kill_child(signal.SIGKILL) is not None:
+                    kills += 1
+                next_kill = time.monotonic() + rng.uniform(*KILL_GAP_S)
+        for host in hosts:
+            host.close()
+        while kills < KILLS:  # the rest while the fleets still deliver
+            time.sleep(rng.uniform(*KILL_GAP_S))
+            if rng.choice(killable).kill_child(signal.SIGKILL) is not None:
+                kills += 1
+        wait_delivered(
+            standin,
+            workspace_id,
+            len(names) * runs * 2,
+            redrive=lambda: sweep(machines[1], redriver.enqueue_delivery),
+        )
+        lost_tasks = sum(w.log_text().count("WorkerLostError") for w in killable)
+    redriver.close()
+    print(f"kills={kills} mid-task={lost_tasks}")
+    assert kills >= KILLS
+    for deployment in machines:  # no outbox, ledger or lock file on either machine
+        assert not (deployment.data_dir / "data" / "outbox").exists()
+        assert not (deployment.data_dir / "state" / "ledger").exists()
+    assert_complete_in_order_once(standin, machines[0], workspace_id, dict.fromkeys(names, runs))
+
+
+def test_a_database_restarted_under_a_capture_stream_refuses_then_delivers_every_capture_once(
+    tmp_path: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
+) -> None:
+    from memhoncho.store import schema
+
+    cluster = PrivateCluster().init()
+    cluster.start()
+    try:
+        schema.upgrade(cluster.url)
+        deployment = machine(tmp_path, "m", standin, workspace_id, redis_url, cluster.url)
+        names = [f"conv-{n:02d}" for n in range(5)]
+        runs = 60
+        down_until = 0.0
+        refusals: list[float] = []  # seconds each refused capture took
+        with fleet(deployment), Host(deployment.config_dir, deployment.data_dir) as host:
+            for turn in range(runs):
+                if turn == runs // 3:
+                    cluster.stop("fast")  # sessions cut mid-stream
+                    down_until = time.monotonic() + DOWN_S
+                for name in names:
+                    while True:  # a host keeps a refused run and captures it again
+                        started = time.monotonic()
+                        try:
+                            result = host.capture(run_event(name, turn, OWNER))
+                        except StoreUnavailable:
+                            refusals.append(time.monotonic() - started)
+                            restart_due = time.monotonic() >= down_until
+                            if restart_due and not cluster_running(cluster):
+                                cluster.start()
+                            time.sleep(0.1)
+                            continue
+                        # DUPLICATE: the refused attempt had committed after all
+                        assert result.status in (CaptureStatus.CAPTURED, CaptureStatus.DUPLICATE)
+                        break
+            wait_delivered(
+                standin,
+                workspace_id,
+                len(names) * runs * 2,
+                redrive=lambda: sweep(deployment, host.enqueue_delivery),
+            )
+        print(f"refused captures={len(refusals)} slowest={max(refusals):.2f}s")
+        assert len(refusals) >= len(names)  # it was down under the stream
+        assert max(refusals) < 1.0 + 2.0  # store_timeout_s, plus slack for a loaded machine
+        assert_complete_in_order_once(standin, deployment, workspace_id, dict.fromkeys(names, runs))
+    finally:
+        close_stores()
+        cluster.destroy()
+
+
+def cluster_running(cluster: PrivateCluster) -> bool:
+    return (cluster.data / "postmaster.pid").exists()
