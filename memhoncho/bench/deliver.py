@@ -46,7 +46,7 @@ from memhoncho.host import Host
 from memhoncho.models import RunEvent
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import StandInControl
-from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
 from memhoncho.testing.runs import run_event
 
 #: its own db: no other bench or test flushes it ($MEMHONCHO_BENCH_REDIS_URL overrides; flushed)
@@ -347,11 +347,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for pool, concurrency in FLEET
         ]
         try:
-            for worker in workers:
-                worker.start(wait=False)
-            for worker in workers:
-                worker.wait_ready()
-            with Host(config_dir, data_dir) as host:
+            with running(workers), Host(config_dir, data_dir) as host:
                 for level in IN_FLIGHT:
                     # One workspace for both arms; distinct conversations per measurement.
                     _reset(standin)
@@ -374,8 +370,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         ),
                     }
         finally:
-            for worker in workers:
-                worker.stop()
             adapter.close_clients()
     ratios = [v["ratio"] for v in results["in_flight"].values()]
     results["ratio_min"] = min(ratios)

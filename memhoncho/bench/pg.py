@@ -21,6 +21,7 @@ from typing import Any
 
 from memhoncho import ids
 from memhoncho.bench.broker import _percentile
+from memhoncho.bench.sweep import bench_record
 from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
 from memhoncho.testing.config import write_settings
@@ -132,28 +133,6 @@ def capture_figures(
 # ---- loading a large outbox -----------------------------------------------------------------
 
 
-def _record(conversation: str, seq: int, now: float) -> dict[str, Any]:
-    batch = f"b{conversation}{seq:07d}"
-    return {
-        "batch_id": batch,
-        "conversation_id": conversation,
-        "owner": "bench-user",
-        "user_peer_id": "bench-user",
-        "run_id": f"r{seq}",
-        "captured_at": now,
-        "messages": [
-            {"id": f"{batch}-0", "role": "user", "entry_id": 2 * seq, "text": TEXT, "meta": {}},
-            {
-                "id": f"{batch}-1",
-                "role": "agent",
-                "entry_id": 2 * seq + 1,
-                "text": TEXT,
-                "meta": {},
-            },
-        ],
-    }
-
-
 def load(url: str, conversations: int, per: int, delivered: Callable[[int], int]) -> float:
     """COPY ``conversations`` x ``per`` records and a ledger each (delivered up to
     ``delivered(n)``); the seconds it took (VACUUM ANALYZE included, as autovacuum would)."""
@@ -172,7 +151,7 @@ def load(url: str, conversations: int, per: int, delivered: Callable[[int], int]
                     key = ids.conversation_key(conversation)
                     upto = delivered(n)
                     for seq in range(1, per + 1):
-                        record = _record(conversation, seq, now - 3600)
+                        record = bench_record(conversation, seq, now - 3600, TEXT)
                         copy.write_row(
                             (
                                 key,

@@ -38,10 +38,14 @@ GOAL_EXPONENT = 1.1
 
 
 def _record(conversation: str, seq: int, now: float) -> dict[str, Any]:
-    batch = f"b{conversation}{seq:07d}"
     text = ("lorem ipsum " * (TEXT_CHARS // 12 + 1))[:TEXT_CHARS]
+    return {"seq": seq, **bench_record(conversation, seq, now, text)}
+
+
+def bench_record(conversation: str, seq: int, now: float, text: str) -> dict[str, Any]:
+    """A captured run of two messages as the benches load it (``bench pg`` too); no seq."""
+    batch = f"b{conversation}{seq:07d}"
     return {
-        "seq": seq,
         "batch_id": batch,
         "conversation_id": conversation,
         "owner": "bench-user",

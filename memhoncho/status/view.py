@@ -9,7 +9,6 @@ cached by file stat).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -85,24 +84,6 @@ def store_kind(current: Settings) -> str:
 
 
 # ---- last delivery -----------------------------------------------------------------------
-
-
-def read_marker(path: Path) -> tuple[float | None, str | None]:
-    """(timestamp, None), (None, None) when absent, or (None, reason) when unreadable."""
-    try:
-        value = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"cannot read {path.name} ({exc.strerror or type(exc).__name__})"
-    except ValueError:
-        return None, f"{path.name} is not valid JSON"
-    stamp = None
-    if isinstance(value, dict):
-        stamp = value.get("at", value.get("last_delivery_at", value.get("delivered_at")))
-    if isinstance(stamp, bool) or not isinstance(stamp, int | float):
-        return None, f"{path.name} holds no delivery time"
-    return float(stamp), None
 
 
 def last_delivery(deployment: Deployment, census: Census) -> dict[str, Any]:

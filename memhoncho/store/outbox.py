@@ -184,15 +184,23 @@ def _too_large(size: int, limit: int) -> CaptureTooLarge:
     return CaptureTooLarge(f"the run is {size} bytes; the limit is {limit} bytes", limit=limit)
 
 
-def _check_same_content(known_digest: str | None, record: Record) -> None:
-    """RunConflict when the batch already captured holds other content than ``record``."""
+def run_conflict(known_digest: str | None, record: Record) -> RunConflict | None:
+    """RunConflict when the batch already captured holds other content than ``record``; the
+    PostgreSQL store asks the same question, so both refuse a run id alike."""
     digest = record.get("digest")
     if known_digest is not None and digest is not None and known_digest != digest:
-        raise RunConflict(
+        return RunConflict(
             "the run id was already captured in this conversation with other content; "
             "nothing was written",
             batch_id=record["batch_id"],
         )
+    return None
+
+
+def _check_same_content(known_digest: str | None, record: Record) -> None:
+    conflict = run_conflict(known_digest, record)
+    if conflict is not None:
+        raise conflict
 
 
 class Outbox:

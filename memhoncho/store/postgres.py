@@ -35,7 +35,6 @@ from memhoncho.errors import (
     CorruptFile,
     LockBusy,
     OutboxCapacity,
-    RunConflict,
     StoreError,
     StoreSchemaBehind,
     StoreUnavailable,
@@ -49,7 +48,7 @@ from memhoncho.store.base import (
     SweepListing,
     dead_records_added,
 )
-from memhoncho.store.outbox import encode_line
+from memhoncho.store.outbox import encode_line, run_conflict
 
 if TYPE_CHECKING:
     import psycopg
@@ -286,7 +285,7 @@ class PostgresStore(Store):
             assert row is not None
             seq, delivered_seq, inserted, known_digest = int(row[0]), int(row[1]), row[2], row[3]
             if inserted is None:  # delivered within the ledger's window, or in the outbox
-                conflict = _run_conflict(known_digest, record)
+                conflict = run_conflict(known_digest, record)
                 raise conflict if conflict is not None else psycopg.Rollback(tx)
             # Pending records have distinct seqs in (delivered_seq, seq]: count them only when
             # there may be more than ``max_pending``.
@@ -751,18 +750,6 @@ def _distinct_keys(conn: psycopg.Connection[Any], table: str) -> list[str]:
         ") SELECT key FROM k WHERE key IS NOT NULL"
     ).fetchall()
     return [r[0] for r in rows]
-
-
-def _run_conflict(known_digest: str | None, record: Record) -> RunConflict | None:
-    """RunConflict when the batch already captured holds other content (as the file store)."""
-    digest = record.get("digest")
-    if known_digest is not None and digest is not None and known_digest != digest:
-        return RunConflict(
-            "the run id was already captured in this conversation with other content; "
-            "nothing was written",
-            batch_id=record["batch_id"],
-        )
-    return None
 
 
 def _float_or_none(value: Any) -> float | None:

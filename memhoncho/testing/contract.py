@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 
 import pydantic
-from honcho import Honcho
+from honcho import Honcho, Peer, Session
 from honcho.api_types import (
     DreamConfiguration,
     SessionConfiguration,
@@ -54,6 +54,14 @@ def client_for(base_url: str, api_key: str | None, workspace_id: str | None = No
     if opened is not None:
         opened.append(client)
     return client
+
+
+def _greeted_session(client: Honcho) -> tuple[Peer, Session]:
+    """A fresh user and a fresh session holding one message of theirs ("hello")."""
+    user = client.peer(unique("user"))
+    session = client.session(unique("sess"))
+    session.add_messages([user.message("hello")])
+    return user, session
 
 
 def scenario(fn: Scenario) -> Scenario:
@@ -138,9 +146,7 @@ def get_or_create_keeps_one_session(base_url: str, api_key: str | None) -> None:
 def peer_config_is_sticky(base_url: str, api_key: str | None) -> None:
     """An author auto-added by add_messages keeps its empty config; only set_peer_... changes it."""
     client = client_for(base_url, api_key)
-    user = client.peer(unique("user"))
-    session = client.session(unique("sess"))
-    session.add_messages([user.message("hello")])
+    user, session = _greeted_session(client)
     session.add_peers([(user.id, SessionPeerConfig(observe_me=False, observe_others=True))])
     assert session.get_peer_configuration(user.id).observe_others is not True
     session.set_peer_configuration(user.id, SessionPeerConfig(observe_others=True))
@@ -241,9 +247,7 @@ def clone_copies_up_to_the_cutoff(base_url: str, api_key: str | None) -> None:
 def clone_refuses_an_unknown_cutoff(base_url: str, api_key: str | None) -> None:
     """An unknown message_id answers 404 and makes no session."""
     client = client_for(base_url, api_key)
-    user = client.peer(unique("user"))
-    session = client.session(unique("sess"))
-    session.add_messages([user.message("hello")])
+    user, session = _greeted_session(client)
     try:
         session.clone(message_id="no_such_message_id")
     except NotFoundError:

@@ -61,6 +61,21 @@ def serving(server: S) -> Iterator[S]:
         thread.join(timeout=10)
 
 
+@contextmanager
+def running(workers: list[CeleryProcess]) -> Iterator[list[CeleryProcess]]:
+    """``workers`` started together (all spawned before any is awaited, so their start-up
+    overlaps), stopped when the block ends however it ends."""
+    try:
+        for worker in workers:
+            worker.start(wait=False)
+        for worker in workers:
+            worker.wait_ready()
+        yield workers
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
 def memhoncho_env(
     *,
     config_dir: Path,

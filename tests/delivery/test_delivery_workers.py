@@ -32,7 +32,7 @@ from memhoncho.store import hint_marks
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin, write_settings
-from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
 from memhoncho.testing.runs import expected_texts, run_event
 from memhoncho.upkeep.sweep import sweep
 
@@ -74,15 +74,8 @@ def fleet(
         CeleryProcess("worker", env, pool=pool, concurrency=concurrency)
         for pool, concurrency in shapes
     ]
-    try:
-        for worker in workers:
-            worker.start(wait=False)
-        for worker in workers:
-            worker.wait_ready()
+    with running(workers):
         yield workers
-    finally:
-        for worker in workers:
-            worker.stop()
 
 
 def conversations(count: int) -> list[str]:

@@ -29,7 +29,7 @@ from memhoncho.store import close_stores
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.postgres import PrivateCluster
-from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
 from memhoncho.testing.runs import expected_texts, run_event
 from memhoncho.upkeep.sweep import sweep
 
@@ -77,15 +77,8 @@ def fleet(deployment: Deployment) -> Iterator[list[CeleryProcess]]:
         config_dir=deployment.config_dir, data_dir=deployment.data_dir, api_key=None
     )
     workers = [CeleryProcess("worker", env, pool=p, concurrency=c) for p, c in FLEET]
-    try:
-        for worker in workers:
-            worker.start(wait=False)
-        for worker in workers:
-            worker.wait_ready()
+    with running(workers):
         yield workers
-    finally:
-        for worker in workers:
-            worker.stop()
 
 
 HOST_SCRIPT = textwrap.dedent(

@@ -21,12 +21,21 @@ from memhoncho.testing.processes import serving
 TOKEN = "status-token-from-a-file"
 
 
+def failing_healthcheck(
+    config_dir: Path, data_dir: Path, capsys: pytest.CaptureFixture[str], which: str, says: str
+) -> list[str]:
+    """The argv of ``healthcheck <which>``, once it has failed saying ``says``: the host starts
+    with no heartbeat of its own."""
+    argv = ["--config-dir", str(config_dir), "--data-dir", str(data_dir), "healthcheck", which]
+    assert cli.main(argv) == 1
+    assert says in capsys.readouterr().out
+    return argv
+
+
 def test_the_beat_healthcheck_fails_without_a_heartbeat_from_this_host(
     config_dir: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["--config-dir", str(config_dir), "--data-dir", str(data_dir), "healthcheck", "beat"]
-    assert cli.main(argv) == 1
-    assert "no beat on this host" in capsys.readouterr().out
+    argv = failing_healthcheck(config_dir, data_dir, capsys, "beat", says="no beat on this host")
     store = results.store_for(None, data_dir)
     store.beat_heartbeat("elsewhere:1", time.time())  # another host's beat is not ours
     assert cli.main(argv) == 1
@@ -41,9 +50,9 @@ def test_the_beat_healthcheck_fails_without_a_heartbeat_from_this_host(
 def test_the_relay_healthcheck_passes_only_while_this_hosts_relay_touches_its_heartbeat(
     config_dir: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["--config-dir", str(config_dir), "--data-dir", str(data_dir), "healthcheck", "relay"]
-    assert cli.main(argv) == 1
-    assert "no outbox relay on this host" in capsys.readouterr().out
+    argv = failing_healthcheck(
+        config_dir, data_dir, capsys, "relay", says="no outbox relay on this host"
+    )
     deployment = Deployment(config_dir, data_dir)
     looks = iter([False, True])
     relay.run(deployment, lambda conversation: True, should_stop=lambda: next(looks))
