@@ -15,9 +15,14 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from memhoncho.errors import StoreError
+from memhoncho.errors import CorruptFile, StoreError
+
+if TYPE_CHECKING:  # pydantic stays off the light paths that write through this module
+    from pydantic import BaseModel
+
+M = TypeVar("M", bound="BaseModel")
 
 
 @contextmanager
@@ -75,6 +80,19 @@ def write_json(path: Path, value: Any) -> None:
 def read_json(path: Path) -> Any:
     """The JSON in ``path``; FileNotFoundError if absent, ValueError if it is not JSON."""
     return json.loads(path.read_bytes())
+
+
+def read_model(path: Path, model: type[M], what: str) -> M | None:
+    """``path`` parsed as ``model``; None when absent; CorruptFile ("``what`` is corrupt", naming
+    the file) when it cannot be parsed."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return model.model_validate_json(data)
+    except ValueError:  # pydantic's ValidationError is one
+        raise CorruptFile(f"{what} is corrupt", file=path.name) from None
 
 
 def append_durably(path: Path, data: bytes) -> None:
