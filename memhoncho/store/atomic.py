@@ -3,7 +3,8 @@
 Every state file in the project is written through ``write_json`` or ``write_bytes``, so a
 crash leaves either the old file or the new one, never a torn one. A write the disk refuses (full,
 read-only, quota) is a ``StoreError`` (``ERR_STORE``) naming the file and the reason, so a full
-disk is the same typed error in capture, delivery and the sweep.
+disk is the same typed error in capture, delivery and the sweep. ``read_json`` and ``read_model``
+read such a file back.
 """
 
 from __future__ import annotations
