@@ -15,14 +15,14 @@ import math
 import time
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from memhoncho import ids
 from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile, HonchoRejected, InvalidId, InvalidInput
 from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
-from memhoncho.store.atomic import write_bytes
+from memhoncho.store.atomic import read_model, write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -175,14 +175,7 @@ def _user_peer_id(deployment: Deployment, key: str, ledger: Ledger | None) -> st
 
 def read_snapshot(deployment: Deployment, key: str) -> Snapshot | None:
     """The cached snapshot; None when absent; CorruptFile when it cannot be parsed."""
-    try:
-        data = deployment.layout.cache(key).read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        return Snapshot.model_validate_json(data)
-    except (ValidationError, ValueError):
-        raise CorruptFile("the representation cache file is corrupt") from None
+    return read_model(deployment.layout.cache(key), Snapshot, "the representation cache file")
 
 
 def refresh_due(deployment: Deployment, *, now: float | None = None) -> list[str]:

@@ -3,7 +3,8 @@
 Every state file in the project is written through ``write_json`` or ``write_bytes``, so a
 crash leaves either the old file or the new one, never a torn one. A write the disk refuses (full,
 read-only, quota) is a ``StoreError`` (``ERR_STORE``) naming the file and the reason, so a full
-disk is the same typed error in capture, delivery and the sweep.
+disk is the same typed error in capture, delivery and the sweep. ``read_json`` and ``read_model``
+read such a file back.
 """
 
 from __future__ import annotations
@@ -15,9 +16,14 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from memhoncho.errors import StoreError
+from memhoncho.errors import CorruptFile, StoreError
+
+if TYPE_CHECKING:  # pydantic stays off the light paths that write through this module
+    from pydantic import BaseModel
+
+M = TypeVar("M", bound="BaseModel")
 
 
 @contextmanager
@@ -75,6 +81,19 @@ def write_json(path: Path, value: Any) -> None:
 def read_json(path: Path) -> Any:
     """The JSON in ``path``; FileNotFoundError if absent, ValueError if it is not JSON."""
     return json.loads(path.read_bytes())
+
+
+def read_model(path: Path, model: type[M], what: str) -> M | None:
+    """``path`` parsed as ``model``; None when absent; CorruptFile ("``what`` is corrupt", naming
+    the file) when it cannot be parsed."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return model.model_validate_json(data)
+    except ValueError:  # pydantic's ValidationError is one
+        raise CorruptFile(f"{what} is corrupt", file=path.name) from None
 
 
 def append_durably(path: Path, data: bytes) -> None:

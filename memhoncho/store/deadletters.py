@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import cast
 
 from memhoncho.store.atomic import append_durably, fsync_dir, write_bytes
-from memhoncho.store.layout import Layout
+from memhoncho.store.layout import Layout, keys_in
 from memhoncho.store.locks import file_lock
 from memhoncho.store.outbox import Record, encode_line, parse
 
@@ -71,10 +71,7 @@ def replace_dead(layout: Layout, key: str, remaining: list[Record]) -> None:
 
 def dead_keys(layout: Layout) -> list[str]:
     """Every conversation key with a dead-letter file, sorted."""
-    try:
-        return sorted(p.name[:-6] for p in layout.dead_dir.iterdir() if p.name.endswith(".jsonl"))
-    except FileNotFoundError:
-        return []
+    return keys_in(layout.dead_dir, ".jsonl")
 
 
 def revived(record: Record, now: float) -> Record:

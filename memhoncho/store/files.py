@@ -21,7 +21,7 @@ from memhoncho.store import deadletters, peek, sweep_index
 from memhoncho.store import forks as fork_files
 from memhoncho.store.atomic import write_json
 from memhoncho.store.base import Appended, Record, Store, SweepListing
-from memhoncho.store.layout import Layout
+from memhoncho.store.layout import Layout, keys_in
 from memhoncho.store.ledger import LedgerCache, read_ledger, write_ledger
 from memhoncho.store.locks import file_lock
 from memhoncho.store.outbox import Outbox
@@ -156,11 +156,7 @@ class FileStore(Store):
         write_ledger(self.layout, key, ledger)
 
     def ledger_keys(self) -> list[str]:
-        try:
-            names = os.listdir(self.layout.ledger_dir)
-        except FileNotFoundError:
-            return []
-        return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
+        return keys_in(self.layout.ledger_dir, ".json")
 
     # ---- forks -------------------------------------------------------------------------------
 

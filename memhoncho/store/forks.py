@@ -15,12 +15,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from memhoncho.errors import CorruptFile, MemhonchoError
+from memhoncho.errors import MemhonchoError
 from memhoncho.models import ForkDecision
-from memhoncho.store.atomic import append_durably, fsync_dir, refused_as_store_error, write_json
-from memhoncho.store.layout import Layout
+from memhoncho.store.atomic import (
+    append_durably,
+    fsync_dir,
+    read_model,
+    refused_as_store_error,
+    write_json,
+)
+from memhoncho.store.layout import Layout, keys_in
 
 if TYPE_CHECKING:
     from memhoncho.store.base import Store
@@ -47,15 +53,7 @@ def decisions_path(layout: Layout) -> Path:
 
 def read_fork(layout: Layout, key: str) -> ForkRecord | None:
     """The child's pending fork; None when it has none; CorruptFile when it cannot be parsed."""
-    path = layout.pending_fork(key)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        return ForkRecord.model_validate_json(data)
-    except (ValidationError, ValueError):
-        raise CorruptFile("the conversation's fork record is corrupt", file=path.name) from None
+    return read_model(layout.pending_fork(key), ForkRecord, "the conversation's fork record")
 
 
 def create_fork(layout: Layout, key: str, record: ForkRecord) -> bool:
@@ -97,11 +95,7 @@ def remove_fork(layout: Layout, key: str) -> None:
 
 def pending_fork_keys(layout: Layout) -> list[str]:
     """Every child with a pending fork record, sorted."""
-    try:
-        names = os.listdir(layout.pending_forks_dir)
-    except FileNotFoundError:
-        return []
-    return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
+    return keys_in(layout.pending_forks_dir, ".json")
 
 
 def append_decision(layout: Layout, key: str, decision: ForkDecision) -> None:

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+
+def keys_in(directory: Path, suffix: str) -> list[str]:
+    """The keys of the ``<key><suffix>`` files in ``directory``, sorted; [] when it does not
+    exist. A dot file (an atomic write's temporary) is no key."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    cut = len(suffix)
+    return sorted(n[:-cut] for n in names if n.endswith(suffix) and not n.startswith("."))
 
 
 @dataclass(frozen=True)
@@ -84,9 +96,4 @@ class Layout:
 
     def conversation_keys(self) -> list[str]:
         """Every conversation with an outbox file, sorted."""
-        try:
-            return sorted(
-                p.name[:-6] for p in self.outbox_dir.iterdir() if p.name.endswith(".jsonl")
-            )
-        except FileNotFoundError:
-            return []
+        return keys_in(self.outbox_dir, ".jsonl")

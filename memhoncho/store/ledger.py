@@ -10,25 +10,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from memhoncho.errors import CorruptFile
 from memhoncho.models import Ledger
-from memhoncho.store.atomic import write_bytes
+from memhoncho.store.atomic import read_model, write_bytes
 from memhoncho.store.layout import Layout
 
 
 def read_ledger(layout: Layout, key: str) -> Ledger | None:
     """The conversation's ledger; None when it has none; CorruptFile when it cannot be parsed."""
-    path = layout.ledger(key)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        return Ledger.model_validate_json(data)
-    except (ValidationError, ValueError):
-        raise CorruptFile("the conversation's ledger file is corrupt", file=path.name) from None
+    return read_model(layout.ledger(key), Ledger, "the conversation's ledger file")
 
 
 def write_ledger(layout: Layout, key: str, ledger: Ledger) -> None:

@@ -26,9 +26,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from memhoncho.errors import (
     CaptureTooLarge,
@@ -72,6 +72,7 @@ LOCK_POLL_S = 0.05  # seconds between tries while waiting for an advisory lock
 CONVERSATION_LOCK_SEED = 0x6D656D68  # "memh"
 DEAD_LOCK_SEED = 0x64656164  # "dead"
 LAST_DELIVERY = "last-delivery"
+M = TypeVar("M", bound=BaseModel)
 
 #: One statement, one round trip: bump the conversation's clock under its row lock (so two
 #: hosts' captures of one conversation are ordered by commit), then insert the record with that
@@ -225,6 +226,18 @@ class PostgresStore(Store):
             yield held
         except psycopg.Error as exc:
             raise _store_error(exc) from None
+
+    def _document(self, sql: str, key: str, model: type[M], what: str) -> M | None:
+        """The JSON document ``sql`` selects for ``key``, as ``model``; None without one;
+        CorruptFile ("``what`` is corrupt", naming the key) when it does not validate."""
+        with self.connection() as conn:
+            row = conn.execute(sql, (key,)).fetchone()
+        if row is None or row[0] is None:
+            return None
+        try:
+            return model.model_validate(row[0])
+        except ValidationError:
+            raise CorruptFile(f"{what} is corrupt", file=key) from None
 
     def close(self) -> None:
         with self._pool_lock:
@@ -459,16 +472,8 @@ class PostgresStore(Store):
     # ---- ledgers -----------------------------------------------------------------------------
 
     def read_ledger(self, key: str) -> Ledger | None:
-        with self.connection() as conn:
-            row = conn.execute(
-                "SELECT ledger FROM memhoncho_conversations WHERE key = %s", (key,)
-            ).fetchone()
-        if row is None or row[0] is None:
-            return None
-        try:
-            return Ledger.model_validate(row[0])
-        except ValidationError:
-            raise CorruptFile("the conversation's ledger is corrupt", file=key) from None
+        sql = "SELECT ledger FROM memhoncho_conversations WHERE key = %s"
+        return self._document(sql, key, Ledger, "the conversation's ledger")
 
     def write_ledger(self, key: str, ledger: Ledger) -> None:
         with self._writer(key) as conn, conn.transaction():
@@ -513,16 +518,8 @@ class PostgresStore(Store):
     def read_fork(self, key: str) -> ForkRecord | None:
         from memhoncho.store.forks import ForkRecord
 
-        with self.connection() as conn:
-            row = conn.execute(
-                "SELECT record FROM memhoncho_forks WHERE child_key = %s", (key,)
-            ).fetchone()
-        if row is None:
-            return None
-        try:
-            return ForkRecord.model_validate(row[0])
-        except ValidationError:
-            raise CorruptFile("the conversation's fork record is corrupt", file=key) from None
+        sql = "SELECT record FROM memhoncho_forks WHERE child_key = %s"
+        return self._document(sql, key, ForkRecord, "the conversation's fork record")
 
     def create_fork(self, key: str, record: ForkRecord) -> bool:
         with self.connection() as conn:

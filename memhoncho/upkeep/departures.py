@@ -9,9 +9,7 @@ already holds is not touched here: deleting it there is the operator's call.
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,7 +18,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile
 from memhoncho.store.atomic import fsync_dir
 from memhoncho.store.base import Record, Store
-from memhoncho.store.layout import Layout
+from memhoncho.store.layout import keys_in
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +52,6 @@ def _ledger_owner(store: Store, key: str) -> tuple[bool, str | None]:
     return (True, ledger.owner) if ledger is not None else (False, None)
 
 
-def _cache_keys(layout: Layout) -> Iterable[str]:
-    try:
-        names = os.listdir(layout.cache_dir)
-    except FileNotFoundError:
-        return []
-    return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
-
-
 def _purge(deployment: Deployment, owner: str | None, departure: Departure) -> None:
     layout = deployment.layout  # the representation caches stay local files on every store
     store = deployment.store()
@@ -78,7 +68,7 @@ def _purge(deployment: Deployment, owner: str | None, departure: Departure) -> N
             departure.records_removed += len(dropped)
             departure.messages_removed += sum(len(r.get("messages") or []) for r in dropped)
     removed_cache = False
-    for key in _cache_keys(layout):
+    for key in keys_in(layout.cache_dir, ".json"):
         if key in owners:
             owns = owners[key]
         else:

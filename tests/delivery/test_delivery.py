@@ -25,6 +25,7 @@ from memhoncho.errors import (
     HonchoUnavailable,
     InFlightSettling,
     LockBusy,
+    MemhonchoError,
     MissingApiKey,
     StoreError,
 )
@@ -193,17 +194,37 @@ def test_a_record_split_across_calls_is_finished_without_resending_its_first_par
     assert ledger(deployment).messages_delivered == 151
 
 
-def test_a_send_that_timed_out_after_commit_is_found_in_honcho_not_sent_again(
-    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
+@pytest.mark.parametrize(
+    ("fault", "options", "error", "held_at_the_error"),
+    [
+        # stored, then the answer came too late for the client
+        ("timeout_after_commit", {"sleep_s": FAULT_SLEEP_S}, HonchoTimeout, 6),
+        # stored, then a gateway answered 429
+        ("http_429", {"after_commit": True}, HonchoRateLimited, 6),
+        # held past the client's timeout and only then stored: nothing yet when it gives up
+        ("late_commit", {"sleep_s": FAULT_SLEEP_S}, HonchoTimeout, 0),
+    ],
+    ids=["timeout-after-commit", "429-after-commit", "late-commit"],
+)
+def test_a_send_that_failed_yet_was_stored_is_found_in_honcho_not_sent_again(
+    host: Host,
+    deployment: Deployment,
+    standin: HonchoStandIn,
+    workspace_id: str,
+    fault: str,
+    options: dict[str, Any],
+    error: type[MemhonchoError],
+    held_at_the_error: int,
 ) -> None:
     capture(host, range(3))
-    standin.faults.add("timeout_after_commit", path_contains="/messages", sleep_s=FAULT_SLEEP_S)
+    standin.faults.add(fault, path_contains="/messages", **options)
 
-    with pytest.raises(HonchoTimeout):
+    with pytest.raises(error):
         deliver_conversation(deployment, CONVERSATION)
+    assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 3)[:held_at_the_error]
     book = ledger(deployment)
     assert len(book.in_flight) == 6
-    assert book.last_error is not None and book.last_error["code"] == HonchoTimeout.code
+    assert book.last_error is not None and book.last_error["code"] == error.code
     capture(host, range(3, 4))
     report = deliver_after_fence(deployment)
 
@@ -294,20 +315,6 @@ def test_a_rate_limit_keeps_the_mark_and_the_retry_reconciles_before_sending_eac
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 4)
 
 
-def test_a_429_answered_after_the_commit_is_found_in_honcho_not_sent_again(
-    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
-) -> None:
-    capture(host, range(2))
-    standin.faults.add("http_429", path_contains="/messages", after_commit=True)
-
-    with pytest.raises(HonchoRateLimited):
-        deliver_conversation(deployment, CONVERSATION)
-    report = deliver_after_fence(deployment)
-
-    assert report.recovered_messages == 4 and report.delivered_messages == 0
-    assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 2)
-
-
 def test_a_server_error_keeps_the_mark_and_the_retry_sends_each_message_once(
     host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
@@ -360,22 +367,6 @@ def test_a_failed_send_is_not_reconciled_or_resent_before_its_fence_opens(
     assert settling.value.wait_s == pytest.approx(opens_at - time.time(), abs=0.2)
     assert standin.request_count() == requests  # not a read, not a send
     assert ledger(deployment).in_flight == mark.in_flight
-
-
-def test_a_commit_later_than_the_client_timeout_is_stored_once(
-    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
-) -> None:
-    """The request is held past the client's timeout and only then committed."""
-    capture(host, range(3))
-    standin.faults.add("late_commit", path_contains="/messages", sleep_s=FAULT_SLEEP_S)
-
-    with pytest.raises(HonchoTimeout):
-        deliver_conversation(deployment, CONVERSATION)
-    assert texts(standin, workspace_id) == []  # not yet: the server still holds it
-    report = deliver_after_fence(deployment)
-
-    assert report.recovered_messages == 6 and report.delivered_messages == 0
-    assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 3)
 
 
 def test_without_the_fence_a_late_commit_is_stored_twice(

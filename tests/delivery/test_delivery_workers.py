@@ -41,6 +41,7 @@ OWNER = "ana@example.com"
 CAPTURE_THREADS = 6
 POLL_S = 0.5  # seconds between looks at the stand-in while waiting
 SETTLE_TIMEOUT_S = 240.0  # seconds the workers get to deliver everything
+REDRIVE_AFTER_S = 10.0  # seconds without progress before a wait re-drives, as the sweep would
 #: (pool, concurrency) of the workers of the mixed fleet: 4 processes, 3 pool shapes
 MIXED_FLEET = (("prefork", 1), ("prefork", 1), ("prefork", 2), ("threads", 2))
 KILLABLE_FLEET = (("prefork", 2), ("prefork", 2), ("prefork", 1), ("threads", 2))
@@ -184,7 +185,7 @@ def wait_delivered(
             return
         if held != last:
             last, last_change = held, time.monotonic()
-        elif redrive is not None and time.monotonic() - last_change > 10:
+        elif redrive is not None and time.monotonic() - last_change > REDRIVE_AFTER_S:
             redrive()  # what the sweep does every 15 minutes, sooner
             last_change = time.monotonic()
         time.sleep(POLL_S)
@@ -207,7 +208,7 @@ def assert_each_conversation_complete_in_order_once(
                 f"{name}: {len(texts)} stored of {len(expected)}, {lost} lost, {twice} twice, "
                 f"in order: {sorted(texts, key=expected.index) == texts if not lost else '?'}"
             )
-        ledger = read_ledger(deployment.layout, ids.conversation_key(name))
+        ledger = deployment.store().read_ledger(ids.conversation_key(name))  # files or database
         if ledger is None or ledger.in_flight or ledger.messages_delivered != len(expected):
             problems.append(f"{name}: ledger {ledger and ledger.model_dump(exclude={'anchors'})}")
     assert not problems, "\n".join(problems[:20])

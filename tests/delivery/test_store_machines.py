@@ -12,15 +12,15 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from test_delivery_workers import (  # the worker tests' waiting and judging, on the database
+    assert_each_conversation_complete_in_order_once,
+    wait_delivered,
+)
 
-from memhoncho import ids
-from memhoncho.capture import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.errors import StoreUnavailable
 from memhoncho.host import Host
@@ -30,7 +30,7 @@ from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.postgres import PrivateCluster
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
-from memhoncho.testing.runs import expected_texts, run_event
+from memhoncho.testing.runs import run_event
 from memhoncho.upkeep.sweep import sweep
 
 pytestmark = pytest.mark.slow
@@ -38,9 +38,7 @@ pytestmark = pytest.mark.slow
 KEY = "sk-machines-key"
 OWNER = "ana@example.com"
 FLEET = (("prefork", 2), ("prefork", 1))  # one machine's workers
-POLL_S = 0.5  # seconds between looks at the stand-in
 SETTLE_TIMEOUT_S = 300.0  # seconds the fleets get to deliver everything
-REDRIVE_AFTER_S = 8.0  # seconds without progress before the test sweeps (beat would, later)
 KILLS = 24  # SIGKILLs of pool children across both fleets
 KILL_GAP_S = (0.1, 0.5)  # seconds between kills
 DOWN_S = 4.0  # seconds the database stays down under the capture stream
@@ -126,45 +124,6 @@ class HostProcess:
         assert self.process.wait(timeout=60) == 0
 
 
-def stored(standin: HonchoStandIn, workspace_id: str) -> dict[str, list[dict[str, Any]]]:
-    return {s["id"]: s["messages"] for s in standin.sessions(workspace_id)}
-
-
-def wait_delivered(standin: HonchoStandIn, workspace_id: str, wanted: int, redrive: Any) -> None:
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    last, last_change = -1, time.monotonic()
-    while time.monotonic() < deadline:
-        held = sum(len(m) for m in stored(standin, workspace_id).values())
-        if held >= wanted:
-            return
-        if held != last:
-            last, last_change = held, time.monotonic()
-        elif time.monotonic() - last_change > REDRIVE_AFTER_S:
-            redrive()  # what beat's sweep does every 15 minutes, sooner
-            last_change = time.monotonic()
-        time.sleep(POLL_S)
-
-
-def assert_complete_in_order_once(
-    standin: HonchoStandIn, deployment: Deployment, workspace_id: str, runs: dict[str, int]
-) -> None:
-    sessions = stored(standin, workspace_id)
-    store = deployment.store()
-    problems: list[str] = []
-    for name, count in runs.items():
-        messages = sessions.get(ids.session_id(workspace_id, name), [])
-        texts = [m["content"] for m in messages]
-        twice = sum(
-            1 for n in Counter(m["metadata"][OUTBOX_ID_KEY] for m in messages).values() if n > 1
-        )
-        if texts != expected_texts(name, count) or twice:
-            problems.append(f"{name}: {len(texts)} of {2 * count} stored, {twice} twice")
-        ledger = store.read_ledger(ids.conversation_key(name))
-        if ledger is None or ledger.in_flight or ledger.messages_delivered != 2 * count:
-            problems.append(f"{name}: ledger {ledger and ledger.model_dump(exclude={'anchors'})}")
-    assert not problems, "\n".join(problems[:20])
-
-
 def test_two_machines_sharing_only_postgres_and_redis_deliver_every_turn_once_in_order(
     tmp_path: Path,
     standin: HonchoStandIn,
@@ -201,7 +160,9 @@ def test_two_machines_sharing_only_postgres_and_redis_deliver_every_turn_once_in
         wait_delivered(
             standin,
             workspace_id,
-            len(names) * runs * 2,
+            names,
+            runs,
+            timeout_s=SETTLE_TIMEOUT_S,
             redrive=lambda: sweep(machines[1], redriver.enqueue_delivery),
         )
         lost_tasks = sum(w.log_text().count("WorkerLostError") for w in killable)
@@ -211,7 +172,7 @@ def test_two_machines_sharing_only_postgres_and_redis_deliver_every_turn_once_in
     for deployment in machines:  # no outbox, ledger or lock file on either machine
         assert not (deployment.data_dir / "data" / "outbox").exists()
         assert not (deployment.data_dir / "state" / "ledger").exists()
-    assert_complete_in_order_once(standin, machines[0], workspace_id, dict.fromkeys(names, runs))
+    assert_each_conversation_complete_in_order_once(standin, machines[0], workspace_id, names, runs)
 
 
 def test_a_database_restarted_under_a_capture_stream_refuses_then_delivers_every_capture_once(
@@ -251,13 +212,17 @@ def test_a_database_restarted_under_a_capture_stream_refuses_then_delivers_every
             wait_delivered(
                 standin,
                 workspace_id,
-                len(names) * runs * 2,
+                names,
+                runs,
+                timeout_s=SETTLE_TIMEOUT_S,
                 redrive=lambda: sweep(deployment, host.enqueue_delivery),
             )
         print(f"refused captures={len(refusals)} slowest={max(refusals):.2f}s")
         assert len(refusals) >= len(names)  # it was down under the stream
         assert max(refusals) < 1.0 + 2.0  # store_timeout_s, plus slack for a loaded machine
-        assert_complete_in_order_once(standin, deployment, workspace_id, dict.fromkeys(names, runs))
+        assert_each_conversation_complete_in_order_once(
+            standin, deployment, workspace_id, names, runs
+        )
     finally:
         close_stores()
         cluster.destroy()
