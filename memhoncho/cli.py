@@ -5,24 +5,32 @@ Add a subcommand by writing ``_cmd_<name>(args) -> int`` and one line in ``_buil
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import json
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memhoncho import capture_socket
-from memhoncho.bench import BENCHMARKS
-from memhoncho.errors import ConfigError, MemhonchoError
+from memhoncho import relay_socket
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Sequence
+
+    from memhoncho.errors import MemhonchoError
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True, default=str))
+    print(_json_text(value))
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    import importlib
+
     from memhoncho import progress
+    from memhoncho.bench import BENCHMARKS
 
     module = importlib.import_module(BENCHMARKS[args.name])
     with progress.spinner(f"bench {args.name}"):
@@ -89,12 +97,13 @@ EXIT_NOT_NOW = 3
 def _cmd_capture(args: argparse.Namespace) -> int:
     """One run as JSON (stdin or ``--file``) made durable; the CaptureResult as JSON on stdout,
     or the typed error as JSON on stderr. Publishes no hint unless ``--hint`` (the relay does).
-    ``main`` first tries the relay's socket (``capture_socket.py``); this is the in-process way.
+    ``main`` first tries the relay's socket (``relay_socket.py``); this is the in-process way.
     """
+    from memhoncho.errors import MemhonchoError
     from memhoncho.host import Host
 
     try:
-        raw = capture_socket.cached_stdin()
+        raw = relay_socket.cached_stdin()
         if raw is None and args.file:
             with open(args.file, "rb") as source:
                 raw = source.read()
@@ -112,10 +121,10 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     return code
 
 
-def capture_answer(capture: Callable[[Any], Any], raw: bytes) -> capture_socket.Answer:
+def capture_answer(capture: Callable[[Any], Any], raw: bytes) -> relay_socket.Answer:
     """What ``memhoncho capture`` prints for one run, and its exit code: shared by the command
     and the relay's socket, so both answer alike."""
-    from memhoncho.errors import InvalidEvent
+    from memhoncho.errors import InvalidEvent, MemhonchoError
 
     try:
         try:
@@ -128,28 +137,50 @@ def capture_answer(capture: Callable[[Any], Any], raw: bytes) -> capture_socket.
     return 0, result.model_dump_json() + "\n", ""
 
 
-def _refusal(exc: MemhonchoError) -> capture_socket.Answer:
+def _refusal(exc: MemhonchoError) -> relay_socket.Answer:
     from memhoncho.errors import InvalidInput
 
     code = EXIT_REFUSED if isinstance(exc, InvalidInput) else EXIT_NOT_NOW
     return code, "", json.dumps(exc.as_dict(), default=str) + "\n"
 
 
+def status_answer(warm: Any, header: dict[str, Any]) -> relay_socket.Answer:
+    """What ``memhoncho status`` prints, from the relay's warm view (``status/warm.py``), drawn
+    for the asking command's terminal (``relay_socket.terminal``)."""
+    max_age_s = float(header.get("max_age_s", relay_socket.STATUS_MAX_AGE_S))
+    if header.get("json"):
+        return 0, _json_text(warm.view(max_age_s)) + "\n", ""
+    return 0, warm.table(max_age_s, table_style(header)), ""
+
+
+def table_style(terminal: dict[str, Any]) -> tuple[int | None, bool, bool]:
+    """(width, terminal, colour) of a stdout described by ``relay_socket.terminal()``."""
+    width = int(terminal.get("width") or 0) or None
+    return width, bool(terminal.get("terminal")), bool(terminal.get("color"))
+
+
 def _cmd_relay(args: argparse.Namespace) -> int:
-    """Turn new outbox lines into delivery hints until stopped (``memhoncho.relay``)."""
+    """Turn new outbox lines into delivery hints until stopped (``memhoncho.relay``), and
+    answer ``memhoncho capture`` and ``status`` on the relay's socket (``relay_socket.py``)."""
     import signal
 
     from memhoncho import relay
+    from memhoncho.deployment import Deployment
     from memhoncho.host import Host
+    from memhoncho.status.warm import WarmStatus
 
     with Host(args.config_dir, args.data_dir) as host:
         # Captures through the socket publish nothing, as the command's own: they leave this
         # relay a request, so one conversation's hints coalesce however they were captured.
         capturing = Host(args.config_dir, args.data_dir, hints=False)
-        server = capture_socket.CaptureServer(
+        warm = WarmStatus(Deployment.from_dirs(args.config_dir, args.data_dir))
+        server = relay_socket.RelaySocketServer(
             str(host.deployment.config_dir),
             str(host.deployment.data_dir),
-            lambda raw: capture_answer(capturing.capture, raw),
+            {
+                relay_socket.CAPTURE: lambda _, body: capture_answer(capturing.capture, body),
+                relay_socket.STATUS: lambda header, _: status_answer(warm, header),
+            },
         )
         # SIGTERM (compose, systemd) unwinds, so the socket file is removed on the way out.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -239,6 +270,8 @@ def _context(args: argparse.Namespace) -> Any:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    """The status view read in this process: ``main`` first asks a running relay, which
+    answers from its warm view (``status/warm.py``) when it is at most ``--max-age`` old."""
     from memhoncho.status import view as status
 
     view = status.status_view(_context(args))
@@ -247,7 +280,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     else:
         from memhoncho.status import render
 
-        render.print_table(view)
+        width, terminal, color = table_style(relay_socket.terminal())
+        sys.stdout.write(render.drawn_table(view, width=width, terminal=terminal, color=color))
     return 0
 
 
@@ -272,6 +306,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def _store_url(args: argparse.Namespace) -> str:
     url = args.url or _context(args).settings().store_url
     if not url:
+        from memhoncho.errors import ConfigError
+
         raise ConfigError("no PostgreSQL store: give --url or set store_url")
     return str(url)
 
@@ -287,6 +323,7 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 def _cmd_store_migrate(args: argparse.Namespace) -> int:
     """Copy this data directory's file store into a PostgreSQL store (idempotent)."""
+    from memhoncho.errors import ConfigError
     from memhoncho.store import is_postgres, open_store
     from memhoncho.store.files import FileStore
     from memhoncho.store.migrate import migrate
@@ -351,6 +388,8 @@ def _global_options(parser: argparse.ArgumentParser, *, top: bool = False) -> No
     A subcommand's copy defaults to SUPPRESS, so it sets the value only when given and never
     overwrites one given before the subcommand.
     """
+    import argparse
+
     default: Any = None if top else argparse.SUPPRESS
     if "--config-dir" not in parser._option_string_actions:
         parser.add_argument("--config-dir", default=default, help="default: $MEMHONCHO_CONFIG_DIR")
@@ -366,6 +405,10 @@ def _global_options(parser: argparse.ArgumentParser, *, top: bool = False) -> No
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    import argparse
+
+    from memhoncho.bench import BENCHMARKS
+
     parser = argparse.ArgumentParser(prog="memhoncho", description=__doc__.splitlines()[0])
     _global_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -429,6 +472,14 @@ def _build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="what memhoncho holds and how delivery goes")
     status.add_argument("--json", action="store_true", help="one JSON object")
+    status.add_argument(
+        "--max-age",
+        type=float,
+        default=relay_socket.STATUS_MAX_AGE_S,
+        metavar="SECONDS",
+        help="a running relay answers with its view when at most this old "
+        "(default %(default)s; 0: read now); without a relay the view is read in this process",
+    )
     status.set_defaults(handler=_cmd_status)
 
     serve_status = sub.add_parser(
@@ -470,10 +521,12 @@ def _setup_logging(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # A plain capture goes to the relay's socket before anything heavy is imported.
-    fast = capture_socket.fast_capture(list(sys.argv[1:] if argv is None else argv))
+    # A plain capture or status goes to the relay's socket before anything heavy is imported.
+    fast = relay_socket.fast_path(list(sys.argv[1:] if argv is None else argv))
     if fast is not None:
         return fast
+    from memhoncho.errors import MemhonchoError
+
     args = _build_parser().parse_args(argv)
     _setup_logging(args)
     try:

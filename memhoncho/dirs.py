@@ -1,5 +1,5 @@
-"""Where the config and data directories are: the one definition, light enough for the
-``memhoncho capture`` fast path (``os`` only: no pathlib, no settings, no pydantic)."""
+"""Where the config and data directories are: the one definition, light enough for the fast
+path of ``memhoncho capture`` and ``status`` (``os`` only: no pathlib, settings or pydantic)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,6 @@ def data_dir(explicit: str | os.PathLike[str] | None = None) -> str:
     return env or os.path.join(os.path.expanduser("~"), ".local", "share", "memhoncho")
 
 
-def capture_socket(data: str | os.PathLike[str]) -> str:
-    """The relay's capture socket in a data directory (``store/layout.py`` names the rest)."""
-    return os.path.join(os.fspath(data), "state", "capture.sock")
+def relay_socket(data: str | os.PathLike[str]) -> str:
+    """The relay's socket in a data directory (``store/layout.py`` names the rest)."""
+    return os.path.join(os.fspath(data), "state", "relay.sock")

@@ -50,6 +50,7 @@ def rows(view: dict[str, Any]) -> list[tuple[str, str, str]]:
     for reason in health.get("reasons") or []:
         rows.append(("health", "reason", str(reason)))
     rows.append(("status", "sources", view.get("sources", "?")))
+    rows.append(("status", "read_at", _when(view.get("generated_at"))))
     config = view.get("config", {})
     for name in ("configured", "honcho_host", "workspace", "broker", "partitions"):
         rows.append(("config", name, _fig(config.get(name))))
@@ -128,20 +129,25 @@ def _rich_table(view: dict[str, Any]) -> Any:
 
 def table(view: dict[str, Any], width: int = TABLE_WIDTH) -> str:
     """The table as plain text (no colour codes), e.g. for a log or a test."""
+    return drawn_table(view, width=width, terminal=False, color=False).rstrip("\n")
+
+
+def drawn_table(view: dict[str, Any], *, width: int | None, terminal: bool, color: bool) -> str:
+    """The table as ``memhoncho status`` prints it on a stdout that is ``terminal`` (or not),
+    ``width`` columns wide (None: ``TABLE_WIDTH``), coloured or not. The command says what its
+    stdout is (``relay_socket.terminal``), so the relay draws for it as the command would."""
     import io
 
     from rich.console import Console
 
     out = io.StringIO()
-    Console(file=out, width=width, color_system=None, force_terminal=False).print(_rich_table(view))
-    return out.getvalue().rstrip("\n")
-
-
-def print_table(view: dict[str, Any]) -> None:
-    """The table on stdout, coloured when stdout is a terminal (``memhoncho status``)."""
-    from rich.console import Console
-
-    Console().print(_rich_table(view))
+    Console(
+        file=out,
+        width=width or TABLE_WIDTH,
+        force_terminal=terminal,
+        color_system="standard" if color else None,
+    ).print(_rich_table(view))
+    return out.getvalue()
 
 
 def _number(value: Any) -> float | None:

@@ -1,5 +1,5 @@
 """A real ``memhoncho relay`` process for tests and ``bench cli``: started on given folders,
-ready once its capture socket accepts, stopped with SIGTERM (SIGKILL past a timeout)."""
+ready once its socket accepts, stopped with SIGTERM (SIGKILL past a timeout)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from memhoncho import dirs
-from memhoncho.capture_socket import _listening
+from memhoncho.relay_socket import listening
 
 READY_TIMEOUT_S = 30.0
 
@@ -24,7 +24,7 @@ class RelayProcess:
         self, config_dir: Path, data_dir: Path, extra_env: Mapping[str, str] | None = None
     ) -> None:
         self.config_dir, self.data_dir = config_dir, data_dir
-        self.socket_path = Path(dirs.capture_socket(data_dir))
+        self.socket_path = Path(dirs.relay_socket(data_dir))
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("MEMHONCHO_")}
         self.env.update(extra_env or {})
         self.proc: subprocess.Popen[bytes] | None = None
@@ -38,10 +38,10 @@ class RelayProcess:
             stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not _listening(str(self.socket_path)):
+        while not listening(str(self.socket_path)):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"the relay did not serve captures: {self.stderr()!r}")
+                raise RuntimeError(f"the relay did not serve its socket: {self.stderr()!r}")
             time.sleep(0.05)
         return self
 

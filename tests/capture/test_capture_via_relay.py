@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from memhoncho import dirs, ids
-from memhoncho.capture_socket import FAULT_ENV, KILL_BEFORE_ANSWER, KILL_BEFORE_CAPTURE
+from memhoncho.relay_socket import FAULT_ENV, KILL_BEFORE_ANSWER, KILL_BEFORE_CAPTURE
 from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing.config import write_settings
@@ -117,7 +117,7 @@ def test_with_no_relay_but_a_stale_socket_file_the_command_captures_in_process(
     short_root: Path,
 ) -> None:
     config, data = short_root / "config", short_root / "data"
-    path = dirs.capture_socket(data)
+    path = dirs.relay_socket(data)
     Path(path).parent.mkdir(parents=True)
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(path)  # a socket file whose process is gone: nobody listens

@@ -1,0 +1,303 @@
+"""The relay's socket: ``memhoncho capture`` and ``memhoncho status`` without paying the imports.
+
+A fresh process that validates a run with pydantic, or reads the census of 10k outboxes, pays
+many times ``python -c pass``. The outbox relay already runs warm beside the workers, so it
+also answers these two commands on a UNIX socket in the data directory (``dirs.relay_socket``,
+mode 0600, removed when it exits). The command connects, sends its request, prints the relay's
+answer and exits with its code; the relay answers a capture only after ``Host.capture``
+returned, so the record is fsynced as in-process.
+
+The wire: one request per connection. The client sends a header line (JSON: ``op``, the config
+directory it resolved, so a relay of another configuration is not used, and the op's options),
+then the body (a capture's raw run; nothing for status), then shuts its side down. The relay
+answers one JSON object ``{"exit", "stdout", "stderr"}``: exactly what the command would have
+printed, and its exit code; then closes. An exit code below 0 declines the request (another
+configuration, an unknown op, a run too large to read whole).
+
+Any failure on the client's side (no socket, nobody listening, a decline, the relay gone before
+it answered, no answer within ``ANSWER_TIMEOUT_S``) returns None and the command runs in-process:
+safe for capture because it is idempotent per run id (the same run answers ``duplicate``, exit
+0) and the outbox's lock keeps two writers of one conversation apart; status only reads.
+
+The client half imports only ``json``, ``os``, ``socket`` and ``sys`` (and ``dirs``); the server
+half imports the rest when a relay starts it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from typing import TYPE_CHECKING, Any
+
+from memhoncho import dirs
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+CONNECT_TIMEOUT_S = 0.5  # a relay that does not accept within this is not used
+ANSWER_TIMEOUT_S = 20.0  # a capture is one fsync; past this the command runs itself
+#: a larger request is declined unread: the command captures it itself (and refuses it there)
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+#: a fault for tests: the relay SIGKILLs itself after handling a request, before it answers
+FAULT_ENV = "MEMHONCHO_FAULT_RELAY_CAPTURE"
+KILL_BEFORE_ANSWER = "kill-before-answer"
+KILL_BEFORE_CAPTURE = "kill-before-capture"  # ... holding the request, before it handles it
+
+CAPTURE, STATUS = "capture", "status"
+DECLINED = -1
+
+Answer = tuple[int, str, str]  # exit code, stdout, stderr
+#: seconds: ``memhoncho status`` takes the relay's view when it is at most this old
+STATUS_MAX_AGE_S = 2.0
+
+#: the options each command may take on the fast path: name -> takes a value
+_OPTIONS = {
+    CAPTURE: {"--file": True},
+    STATUS: {"--json": False, "--max-age": True},
+}
+_GLOBAL_OPTIONS = ("--config-dir", "--data-dir", "--log-format")
+
+
+# ---- the client: the commands' fast path -------------------------------------------------
+
+
+def fast_path(argv: list[str]) -> int | None:
+    """``memhoncho capture`` or ``status`` through the relay; None when the command must run
+    in-process (other options, no relay, no answer). Prints the answer, returns its exit code."""
+    parsed = _parse(argv)
+    if parsed is None:
+        return None
+    command, options, flags = parsed
+    header: dict[str, Any] = {"op": command}
+    body = b""
+    if command == CAPTURE:
+        try:
+            if "--file" in options:
+                with open(options["--file"], "rb") as source:
+                    body = source.read()
+            else:
+                body = sys.stdin.buffer.read()
+        except OSError:
+            return None  # the in-process path reads it again and reports the error (ERR_INPUT)
+    else:
+        try:
+            max_age = float(options.get("--max-age") or STATUS_MAX_AGE_S)
+        except ValueError:
+            return None  # the full parser refuses it
+        header.update(json="--json" in flags, max_age_s=max_age, **terminal())
+    config = dirs.config_dir(options.get("--config-dir"))
+    path = dirs.relay_socket(dirs.data_dir(options.get("--data-dir")))
+    answer = request(path, config, header, body)
+    if answer is None:
+        if command == CAPTURE:
+            _stdin_cache[:] = [body]  # the fallback reads the run from here, not an emptied stdin
+        return None
+    code, out, err = answer
+    if out:
+        sys.stdout.write(out)
+        sys.stdout.flush()
+    if err:
+        sys.stderr.write(err)
+        sys.stderr.flush()
+    return code
+
+
+#: the run read by the fast path when it fell back (stdin cannot be read twice)
+_stdin_cache: list[bytes] = []
+
+
+def cached_stdin() -> bytes | None:
+    """The run the fast path read from stdin before falling back, once."""
+    return _stdin_cache.pop() if _stdin_cache else None
+
+
+def terminal() -> dict[str, Any]:
+    """How this process's stdout draws a table: the relay renders it for this terminal, not
+    its own (``rich`` would look at the relay's stdout and environment)."""
+    is_terminal = sys.stdout.isatty()
+    try:
+        width = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size(1).columns
+    except (ValueError, OSError):
+        width = 0  # not a terminal: the table's own width
+    color = (
+        is_terminal and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+    ) or bool(os.environ.get("FORCE_COLOR"))
+    return {"terminal": is_terminal, "width": width, "color": color}
+
+
+def _parse(argv: list[str]) -> tuple[str, dict[str, str], set[str]] | None:
+    """(command, options with a value, flags) of a plain ``capture`` or ``status``; None for
+    anything else."""
+    options: dict[str, str] = {}
+    flags: set[str] = set()
+    command: str | None = None
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        name, eq, value = token.partition("=")
+        allowed = _OPTIONS.get(command or "", {})
+        if name in _GLOBAL_OPTIONS or allowed.get(name):
+            if not eq:
+                if i + 1 >= len(argv):
+                    return None
+                i += 1
+                value = argv[i]
+            options[name] = value
+        elif name in allowed and not eq:
+            flags.add(name)
+        elif token in _OPTIONS and command is None:
+            command = token
+        else:
+            return None  # --hint, --help, another command: the full parser decides
+        i += 1
+    if command is None:
+        return None
+    return command, options, flags
+
+
+def request(path: str, config: str, header: dict[str, Any], body: bytes = b"") -> Answer | None:
+    """Send one request to the relay at ``path``; its answer, or None when there is none."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(CONNECT_TIMEOUT_S)
+            conn.connect(path)
+            conn.settimeout(ANSWER_TIMEOUT_S)
+            line = json.dumps({**header, "config_dir": os.path.abspath(config)}).encode()
+            conn.sendall(line + b"\n" + body)
+            conn.shutdown(socket.SHUT_WR)
+            chunks = []
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+        reply = json.loads(b"".join(chunks))
+        answer = (int(reply["exit"]), str(reply["stdout"]), str(reply["stderr"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no relay, or it went away before answering: run in-process
+    if answer[0] == DECLINED:
+        return None
+    return answer
+
+
+def listening(path: str) -> bool:
+    """Whether a process accepts connections on the socket at ``path``."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(CONNECT_TIMEOUT_S)
+            conn.connect(path)
+        return True
+    except OSError:
+        return False
+
+
+def fault(point: str) -> None:
+    """Tests only: the relay dies here, as by ``kill -9``, when ``FAULT_ENV`` names ``point``."""
+    if os.environ.get(FAULT_ENV) == point:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ---- the server: in the relay ------------------------------------------------------------
+
+
+class RelaySocketServer:
+    """Serves the commands' requests on the data directory's socket, a thread per connection."""
+
+    def __init__(
+        self,
+        config_dir: str,
+        data_dir: str,
+        handlers: Mapping[str, Callable[[dict[str, Any], bytes], Answer]],
+    ) -> None:
+        self.path = dirs.relay_socket(data_dir)
+        self.config_dir = os.path.abspath(config_dir)
+        self.handlers = handlers
+        self._sock: socket.socket | None = None
+        self._thread: Any = None
+        self._inode = -1
+
+    def start(self) -> bool:
+        """Listen; False (logged) when another relay already serves, or the socket can't be."""
+        import logging
+        import threading
+
+        log = logging.getLogger(__name__)
+        if listening(self.path):
+            log.info("relay socket served by another relay", extra={"path": self.path})
+            return False
+        temporary = f"{self.path}.{os.getpid()}"
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            if os.path.lexists(temporary):
+                os.unlink(temporary)
+            sock.bind(temporary)  # under a private name until it is 0600, then renamed
+            os.chmod(temporary, 0o600)
+            sock.listen(64)
+            os.replace(temporary, self.path)  # over a stale socket nobody listens on
+            self._inode = os.stat(self.path).st_ino  # stop() removes only this file
+        except OSError as exc:  # e.g. a path over the 107 bytes AF_UNIX takes
+            sock.close()
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+            log.warning(
+                "relay socket not served: capture and status run in their own process",
+                extra={"action": "relay_socket_failed", "error": type(exc).__name__},
+            )
+            return False
+        self._sock = sock
+        self._thread = threading.Thread(target=self._accept, name="relay-socket", daemon=True)
+        self._thread.start()
+        return True
+
+    def stop(self) -> None:
+        """Stop listening and remove the socket (when it is still this relay's)."""
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        try:
+            if os.stat(self.path).st_ino == self._inode:  # not another relay's since
+                os.unlink(self.path)
+        except OSError:
+            pass
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
+
+    def _accept(self) -> None:
+        import threading
+
+        while (sock := self._sock) is not None:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return  # closed by stop()
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.settimeout(ANSWER_TIMEOUT_S)
+                data = bytearray()
+                while len(data) <= MAX_REQUEST_BYTES and (chunk := conn.recv(65536)):
+                    data += chunk
+                line, _, body = bytes(data).partition(b"\n")
+                header = json.loads(line)
+                handler = self.handlers.get(header.get("op"))
+                if len(data) > MAX_REQUEST_BYTES or handler is None:
+                    answer: Answer = (DECLINED, "", "")  # the command runs it itself
+                elif header.get("config_dir") != self.config_dir:
+                    answer = (DECLINED, "", "")  # another configuration: not this relay's
+                else:
+                    fault(KILL_BEFORE_CAPTURE)
+                    answer = handler(header, body)
+                    fault(KILL_BEFORE_ANSWER)
+                code, out, err = answer
+                conn.sendall(json.dumps({"exit": code, "stdout": out, "stderr": err}).encode())
+            except (OSError, ValueError, AttributeError):
+                return  # the client gone or garbled: it runs in-process
