@@ -97,3 +97,15 @@ def store_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     url: str = request.getfixturevalue("postgres_url")
     monkeypatch.setenv("MEMHONCHO_STORE_URL", url)
     return url
+
+
+@pytest.fixture
+def short_root() -> Iterator[Path]:
+    """A folder with a short path under /tmp, for a relay's socket in a data dir below it:
+    a UNIX socket's path must fit in 107 bytes, and pytest's tmp_path may not."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="mh-", dir="/tmp"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)

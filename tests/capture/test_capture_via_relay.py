@@ -8,12 +8,9 @@ are short paths under /tmp: a UNIX socket's path must fit in 107 bytes.
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +23,6 @@ from memhoncho.store.outbox import Outbox
 from memhoncho.testing.config import write_settings
 from memhoncho.testing.relay import RelayProcess
 from memhoncho.testing.runs import run_event
-
-
-@pytest.fixture
-def short_root() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="mh-", dir="/tmp"))
-    (root / "config").mkdir()
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def capture(config: Path, data: Path, stdin: bytes) -> tuple[int, bytes, bytes]:

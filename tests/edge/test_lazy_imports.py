@@ -109,27 +109,28 @@ def test_a_capture_builds_the_validators_of_what_it_validates_and_no_others(
     assert _printed(code, tmp_path) == ["CaptureResult", "RunEvent"]
 
 
-def test_a_capture_through_the_relay_loads_no_pydantic_nor_settings(tmp_path: Path) -> None:
-    import shutil
-    import tempfile
-
+@pytest.mark.parametrize("command", [["capture"], ["status"], ["status", "--json"]])
+def test_capture_and_status_through_the_relay_load_no_pydantic_settings_or_rich(
+    tmp_path: Path, short_root: Path, command: list[str]
+) -> None:
     from memhoncho.testing.relay import RelayProcess
 
-    root = Path(tempfile.mkdtemp(prefix="mh-", dir="/tmp"))  # a socket path fits 107 bytes
-    try:
-        config, data = root / "config", root / "data"
-        run = root / "run.json"
-        run.write_text(json.dumps(run_event("c1", 0)))
-        argv = ["--config-dir", str(config), "--data-dir", str(data), "capture"]
+    config, data = short_root / "config", short_root / "data"
+    run = short_root / "run.json"
+    run.write_text(json.dumps(run_event("c1", 0)))
+    argv = ["--config-dir", str(config), "--data-dir", str(data), *command]
+    if command == ["capture"]:
         argv += ["--file", str(run)]
-        code = (
-            "import json, sys\nfrom memhoncho import cli\n"
-            f"assert cli.main({argv!r}) == 0\n"
-            "print(json.dumps(sorted(m for m in ('pydantic', 'memhoncho.settings',"
-            " 'memhoncho.host') if m in sys.modules)))"
+    code = (
+        "import json, sys\nfrom memhoncho import cli\n"
+        f"assert cli.main({argv!r}) == 0\n"
+        "print(json.dumps(sorted(m for m in ('pydantic', 'memhoncho.settings',"
+        " 'memhoncho.host', 'rich', 'argparse', 'memhoncho.status.view')"
+        " if m in sys.modules)), file=sys.stderr)"
+    )
+    with RelayProcess(config, data):
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True
         )
-        with RelayProcess(config, data):
-            printed = _printed(code, tmp_path)
-        assert isinstance(printed, list) and printed == []
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stderr.splitlines()[-1]) == []

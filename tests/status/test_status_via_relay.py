@@ -11,11 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +26,6 @@ from memhoncho.status.warm import WarmStatus
 from memhoncho.testing.config import write_settings
 from memhoncho.testing.relay import RelayProcess
 from memhoncho.testing.runs import run_event
-
-
-@pytest.fixture
-def short_root() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="mh-", dir="/tmp"))
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def status(config: Path, data: Path, *options: str, env: dict[str, str] | None = None) -> Any:
