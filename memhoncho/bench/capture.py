@@ -3,7 +3,9 @@
 Both are measured in the same run, interleaved sample by sample: ``Host.capture`` of a typical
 run with an API key and a live broker (Redis on 127.0.0.1:6379 db 14 when it answers, else the
 embedded filesystem broker), and the floor: append + fsync of the same line to a file, then one
-kombu publish of the same bytes on the same broker. Their ratio is the price of everything
+kombu publish of the same bytes on the same broker, on the default exchange straight to its queue
+as Celery publishes a task (a named exchange costs a second round trip, a binding lookup, that
+the capture's publish does not make). Their ratio is the price of everything
 memhoncho adds (validation, lock, ledger check, routing, the Celery message). Goal: <= 1.2.
 Each sample is a capture that publishes (its conversation's hint mark taken first, as a delivery
 does) and then one made while that hint waits (``capture_coalesced``: no publish at all).
@@ -115,7 +117,7 @@ class _Floor:
         os.fsync(self.fd)
         self.producer.publish(
             line,
-            exchange=self.exchange,
+            exchange="",  # the default exchange, straight to the queue, as Celery publishes
             routing_key=FLOOR_QUEUE,
             content_type="application/octet-stream",
             content_encoding="binary",
