@@ -23,7 +23,7 @@ from memhoncho import ids, redaction, routing
 from memhoncho.capture import build_record, is_selected
 from memhoncho.deployment import Deployment
 from memhoncho.errors import InvalidEvent
-from memhoncho.hints import HintPool, settled
+from memhoncho.hints import DeliverPublisher, HintPool, settled
 from memhoncho.models import CaptureResult, CaptureStatus, RunEvent
 from memhoncho.store import hint_marks, open_store
 from memhoncho.store.redactions import add_redactions
@@ -58,6 +58,7 @@ class Host:
         for a broker client to load); it leaves the outbox relay a request instead."""
         self.deployment = Deployment.from_dirs(config_dir, data_dir)
         self._app: Celery | None = None
+        self._deliver: DeliverPublisher | None = None
         self._app_lock = threading.Lock()
         self._broker_down_until = 0.0
         self._in_flight = 0
@@ -127,8 +128,12 @@ class Host:
 
     def celery(self) -> Celery:
         """The host's Celery client (fails fast on a broker that is down)."""
+        return self._client()[0]
+
+    def _client(self) -> tuple[Celery, DeliverPublisher]:
+        """The Celery client and the publisher of delivery hints on it, built together."""
         with self._app_lock:
-            if self._app is None:
+            if self._app is None or self._deliver is None:
                 from memhoncho.celery_app import create_app
 
                 self._app = create_app(self.deployment, role="host")
@@ -137,7 +142,8 @@ class Host:
                 self._app.conf.task_send_sent_event = False
                 # Import the transport now (no connection is made), not on the first capture.
                 self._app.connection_for_write().transport  # noqa: B018
-            return self._app
+                self._deliver = DeliverPublisher(self._app)
+            return self._app, self._deliver
 
     def enqueue_delivery(self, conversation_id: str) -> bool:
         """Publish a delivery hint; False (at once) when there is no key or no broker."""
@@ -192,7 +198,10 @@ class Host:
     def _send(self, task: str, args: list[Any]) -> bool:
         """Publish once (no retry loop); ends the publish ``_begin_publish`` counted."""
         try:
-            self.celery().send_task(task, args=args, retry=False, ignore_result=True)
+            if task == DELIVER_TASK:  # on every capture that publishes: the fast path
+                self._client()[1].publish(args[0])
+            else:
+                self.celery().send_task(task, args=args, retry=False, ignore_result=True)
             return True
         except Exception as exc:  # the broker is down or refused: the sweep re-drives it
             self._broker_down_until = time.monotonic() + BROKER_BACKOFF_S
@@ -297,6 +306,7 @@ class Host:
 
                 close_app(self._app)
                 self._app = None
+                self._deliver = None
 
     def __enter__(self) -> Host:
         return self

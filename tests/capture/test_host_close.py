@@ -70,16 +70,16 @@ def test_close_waits_for_in_flight_enqueues_and_releases_the_broker_connections(
     _configure(config_dir, redis_url)
     idle = _redis_sockets()
     host = Host(config_dir, data_dir)
-    app = host.celery()
-    real_send = app.send_task
+    publisher = host._client()[1]
+    real_publish = publisher.publish
     publishing = threading.Event()
 
-    def slow_send(*args: Any, **kwargs: Any) -> Any:
+    def slow_publish(conversation_id: str) -> None:
         publishing.set()
         time.sleep(SLOW_PUBLISH_S)  # a slow broker: close must wait for this publish
-        return real_send(*args, **kwargs)
+        real_publish(conversation_id)
 
-    monkeypatch.setattr(app, "send_task", slow_send)
+    monkeypatch.setattr(publisher, "publish", slow_publish)
     conversations = [c for c in (f"c-{n}" for n in range(100)) if partition(c, PARTITIONS) >= 8]
     results: list[Any] = []
 
@@ -115,11 +115,11 @@ def test_close_returns_by_its_deadline_when_a_publish_hangs(
     release = threading.Event()
     entered = threading.Event()
 
-    def hanging_send(*_: Any, **__: Any) -> None:
+    def hanging_publish(_: str) -> None:
         entered.set()
         release.wait(JOIN_S)
 
-    monkeypatch.setattr(host.celery(), "send_task", hanging_send)
+    monkeypatch.setattr(host._client()[1], "publish", hanging_publish)
     capturing = threading.Thread(target=host.capture, args=(_run("c-1", "r1"),))
     capturing.start()
     assert entered.wait(JOIN_S)
