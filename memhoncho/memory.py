@@ -2,10 +2,11 @@
 
 A refresh (a worker: beat, idle, archived, first delivery) fetches from Honcho, for the
 conversation's owner, the agent's representation of the user across conversations and the
-session's context (summary, peer card), and writes them atomically to
-``cache/representations/<conversation>.json`` with their fetch time. ``sections`` renders the
-two prompt sections from that file alone: no network, never raises, says when it is stale, and
-stays within ``context_tokens`` by the estimate ``ceil(characters / 4)`` tokens.
+session's context (summary, peer card), and writes them to the store with their fetch time
+(``Store.write_snapshot``: ``cache/representations/<conversation>.json`` on the files, a row on
+PostgreSQL, so a host on any machine reads what a worker on any other fetched). ``sections``
+renders the two prompt sections from that snapshot alone: no call to Honcho, never raises, says
+when it is stale, and stays within ``context_tokens`` by the estimate ``ceil(characters / 4)``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from pydantic import BaseModel, ConfigDict
 
 from memhoncho import ids
 from memhoncho.deployment import Deployment
-from memhoncho.errors import CorruptFile, HonchoRejected, InvalidId, InvalidInput
+from memhoncho.errors import CorruptFile, HonchoRejected, InvalidId, InvalidInput, StoreError
 from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
-from memhoncho.store.atomic import read_model, write_bytes
+from memhoncho.models import Snapshot as Snapshot  # memory.Snapshot, where it was
 
 log = logging.getLogger(__name__)
 
@@ -40,23 +41,6 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
-class Snapshot(BaseModel):
-    """What one refresh fetched for a conversation: ``cache/representations/<key>.json``."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    conversation_id: str
-    workspace_id: str
-    user_peer_id: str
-    agent_peer_id: str
-    session_id: str | None = None
-    representation: str = ""  #: the agent's view of the user, across conversations
-    summary: str | None = None  #: Honcho's summary of this conversation's session
-    peer_card: list[str] | None = None  #: the agent's card of the user
-    context_tokens: int  #: the budget it was fetched for
-    fetched_at: float  #: Unix seconds when Honcho answered
-
-
 class SectionsStatus(StrEnum):
     """Why the sections hold what they hold."""
 
@@ -65,7 +49,7 @@ class SectionsStatus(StrEnum):
     MISSING = "missing"  #: no snapshot yet: empty sections
     CORRUPT = "corrupt"  #: the cache file cannot be read: empty sections
     INVALID = "invalid"  #: the conversation id cannot be mapped: empty sections
-    ERROR = "error"  #: anything else went wrong: empty sections
+    ERROR = "error"  #: the store cannot be reached, or anything else: empty sections
 
 
 class Section(BaseModel):
@@ -147,7 +131,7 @@ def refresh_representation(deployment: Deployment, conversation_id: str) -> Snap
         context_tokens=settings.context_tokens,
         fetched_at=time.time(),
     )
-    write_bytes(deployment.layout.cache(key), snapshot.model_dump_json().encode("utf-8"))
+    deployment.store().write_snapshot(key, snapshot)
     log.info(
         "representation refreshed",
         extra={"action": "representation_refreshed", "conversation_key": key},
@@ -174,8 +158,8 @@ def _user_peer_id(deployment: Deployment, key: str, ledger: Ledger | None) -> st
 
 
 def read_snapshot(deployment: Deployment, key: str) -> Snapshot | None:
-    """The cached snapshot; None when absent; CorruptFile when it cannot be parsed."""
-    return read_model(deployment.layout.cache(key), Snapshot, "the representation cache file")
+    """The stored snapshot; None when absent; CorruptFile when it cannot be parsed."""
+    return deployment.store().read_snapshot(key)
 
 
 def refresh_due(deployment: Deployment, *, now: float | None = None) -> list[str]:
@@ -187,21 +171,20 @@ def refresh_due(deployment: Deployment, *, now: float | None = None) -> list[str
     """
     now = time.time() if now is None else now
     ttl = deployment.settings().representation_ttl_s
+    store = deployment.store()
+    fetched = store.snapshot_times()  # one listing, not one read per conversation
     due: list[str] = []
-    for key in deployment.store().ledger_keys():
+    for key in store.ledger_keys():
         ledger = _ledger_or_none(deployment, key)
         if ledger is None or ledger.last_delivered_at is None:
             continue
-        try:
-            snapshot = read_snapshot(deployment, key)
-        except CorruptFile:
-            snapshot = None
-        if snapshot is None:
+        fetched_at = fetched.get(key)
+        if fetched_at is None:  # none yet, or an unreadable one
             due.append(ledger.conversation_id)
             continue
-        if now - snapshot.fetched_at < ttl:
+        if now - fetched_at < ttl:
             continue
-        behind = ledger.last_delivered_at >= snapshot.fetched_at
+        behind = ledger.last_delivered_at >= fetched_at
         if behind or now - ledger.last_delivered_at <= RECENT_DELIVERY_S:
             due.append(ledger.conversation_id)
     return due
@@ -211,7 +194,11 @@ def refresh_due(deployment: Deployment, *, now: float | None = None) -> list[str
 
 
 def sections(deployment: Deployment, conversation_id: str, *, now: float | None = None) -> Sections:
-    """The prompt sections from the cache alone. Never raises; never calls the network."""
+    """The prompt sections from the stored snapshot alone. Never raises; never calls Honcho.
+
+    On PostgreSQL that is one primary-key SELECT, bounded by the store's timeouts; a database
+    that cannot be reached gives empty sections with the ``error`` status and its reason.
+    """
     try:
         return _sections(deployment, conversation_id, time.time() if now is None else now)
     except Exception as exc:  # the prompt must always be buildable
@@ -241,6 +228,12 @@ def _sections(deployment: Deployment, conversation_id: str, now: float) -> Secti
         snapshot = read_snapshot(deployment, key)
     except CorruptFile as exc:
         return _empty(conversation_id, SectionsStatus.CORRUPT, exc.message)
+    except StoreError as exc:  # the database is unreachable, or the data dir unreadable
+        log.warning(
+            "prompt sections unavailable",
+            extra={"action": "sections_failed", "error": exc.code},
+        )
+        return _empty(conversation_id, SectionsStatus.ERROR, exc.message)
     if snapshot is None:
         return _empty(conversation_id, SectionsStatus.MISSING, "no snapshot has been fetched yet")
     age = max(0.0, now - snapshot.fetched_at)

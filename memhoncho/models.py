@@ -188,6 +188,24 @@ class Ledger(BaseModel):
     failures: int = 0
 
 
+class Snapshot(BaseModel):
+    """What one representation refresh fetched for a conversation (``memory``): the store keeps
+    it (``cache/representations/<key>.json`` on the files), ``sections`` renders it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
+
+    conversation_id: str
+    workspace_id: str
+    user_peer_id: str
+    agent_peer_id: str
+    session_id: str | None = None
+    representation: str = ""  #: the agent's view of the user, across conversations
+    summary: str | None = None  #: Honcho's summary of this conversation's session
+    peer_card: list[str] | None = None  #: the agent's card of the user
+    context_tokens: int  #: the budget it was fetched for
+    fetched_at: float  #: Unix seconds when Honcho answered
+
+
 class OutboxMessage(TypedDict, total=False):
     """One message of a record, in delivery order (``capture.build_messages``)."""
 

@@ -11,11 +11,10 @@ Keys are conversation keys from ``ids.conversation_key`` only. Every method eith
 says or raises a ``StoreError`` (``StoreUnavailable`` when the database cannot be reached): a
 capture is acknowledged only once it is durable in the store.
 
-What is not here, on purpose: the representation cache (``cache/representations/``) stays a
-local disposable file on every store. ``sections()`` reads it synchronously on the host's hot
-path, where no network round trip belongs; losing it costs one refresh, never a message.
-The status census cache and the sweep index of the file store are caches of the files, so they
-live with them.
+The representation snapshots (what ``memory.sections`` renders) are here too, so a refresh
+done by a worker on one machine is read by a host on another; they stay disposable (losing one
+costs a refresh, never a message). The status census cache and the sweep index of the file
+store are caches of the files, so they live with them.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memhoncho.models import ForkDecision, Ledger, Record
+from memhoncho.models import ForkDecision, Ledger, Record, Snapshot
 
 if TYPE_CHECKING:
     from memhoncho.status.census import Census
@@ -246,6 +245,28 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def last_delivery(self) -> tuple[float | None, str | None]:
         """(when the marker says the last delivery was, why it cannot be read)."""
+
+    # ---- representation snapshots (``memory``) ------------------------------------------------
+
+    @abc.abstractmethod
+    def write_snapshot(self, key: str, snapshot: Snapshot) -> None:
+        """Replace the conversation's snapshot (the last refresh written wins)."""
+
+    @abc.abstractmethod
+    def read_snapshot(self, key: str) -> Snapshot | None:
+        """The conversation's snapshot; None when it has none; CorruptFile when unreadable.
+
+        On the host's prompt path: one read (a file, or one indexed row), no lock.
+        """
+
+    @abc.abstractmethod
+    def snapshot_times(self) -> dict[str, float | None]:
+        """When each conversation's snapshot was fetched, by key; None for an unreadable one
+        (a refresh is due at once). A conversation without a snapshot is not listed."""
+
+    @abc.abstractmethod
+    def remove_snapshot(self, key: str) -> bool:
+        """Delete the conversation's snapshot (a purged user); whether there was one."""
 
     # ---- status ------------------------------------------------------------------------------
 

@@ -16,10 +16,10 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from memhoncho.errors import CorruptFile
-from memhoncho.models import ForkDecision, Ledger
+from memhoncho.models import ForkDecision, Ledger, Snapshot
 from memhoncho.store import deadletters, peek, sweep_index
 from memhoncho.store import forks as fork_files
-from memhoncho.store.atomic import write_json
+from memhoncho.store.atomic import fsync_dir, read_model, write_bytes, write_json
 from memhoncho.store.base import Appended, Record, Store, SweepListing
 from memhoncho.store.layout import Layout, keys_in
 from memhoncho.store.ledger import LedgerCache, read_ledger, write_ledger
@@ -244,6 +244,34 @@ class FileStore(Store):
         except ValueError:
             return None, f"{path.name} is not valid JSON"
         return marker_time(value, path.name)
+
+    # ---- representation snapshots: ``cache/representations/<key>.json`` ----------------------
+
+    def write_snapshot(self, key: str, snapshot: Snapshot) -> None:
+        write_bytes(self.layout.cache(key), snapshot.model_dump_json().encode("utf-8"))
+
+    def read_snapshot(self, key: str) -> Snapshot | None:
+        return read_model(self.layout.cache(key), Snapshot, "the representation cache file")
+
+    def snapshot_times(self) -> dict[str, float | None]:
+        times: dict[str, float | None] = {}
+        for key in keys_in(self.layout.cache_dir, ".json"):
+            try:
+                snapshot = self.read_snapshot(key)
+            except CorruptFile:
+                times[key] = None
+                continue
+            if snapshot is not None:  # None: removed since the listing
+                times[key] = snapshot.fetched_at
+        return times
+
+    def remove_snapshot(self, key: str) -> bool:
+        try:
+            self.layout.cache(key).unlink()
+        except FileNotFoundError:
+            return False
+        fsync_dir(self.layout.cache_dir)
+        return True
 
     # ---- status ------------------------------------------------------------------------------
 

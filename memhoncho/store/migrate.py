@@ -2,12 +2,14 @@
 
 What is copied: each conversation's ledger and its pending records (seqs kept, so the ledger's
 ``delivered_seq`` still means what it meant), pending forks, fork decisions, clone markers,
-dead letters, quarantined lines, departures and the last-delivery marker. Delivered records
-are not: Honcho holds them and the ledger's window still deduplicates a recapture.
+dead letters, quarantined lines, departures, the last-delivery marker and the representation
+snapshots. Delivered records are not: Honcho holds them and the ledger's window still
+deduplicates a recapture.
 
 Idempotent: run it twice (or after a crash half way) and nothing is doubled. A conversation the
 database already has a ledger for keeps it (the database may have moved on), records are
-matched by batch id, forks by child, dead letters by (conversation, batch id). Stop hosts and
+matched by batch id, forks by child, dead letters by (conversation, batch id); a snapshot
+the database has already is kept (a refresh may have written a newer one). Stop hosts and
 workers on the file store first, migrate, then point ``store_url`` at the database: records
 captured into the files after the copy would otherwise stay behind (run it again to take them).
 """
@@ -37,6 +39,10 @@ class MigrationReport:
     dead_copied: int = 0
     quarantined_copied: int = 0
     departures_copied: int = 0
+    snapshots_copied: int = 0
+    snapshots_present: int = 0  #: the database had one already
+    #: corrupt cache files, left behind: disposable, the next refresh fetches them again
+    snapshots_unreadable: int = 0
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -79,6 +85,7 @@ def migrate(source: FileStore, target: PostgresStore) -> MigrationReport:
         target.mark_last_delivery(json.loads(marker_path.read_bytes()))
     except (OSError, ValueError):
         pass  # no marker, or an unreadable one: status falls back to the ledgers
+    _copy_snapshots(source, target, report)
     return report
 
 
@@ -217,3 +224,25 @@ def _copy_quarantine(source: FileStore, target: PostgresStore, report: Migration
         fresh = [e for e in entries if e.get("raw_b64") not in present]
         target.add_quarantined(key, fresh)
         report.quarantined_copied += len(fresh)
+
+
+def _copy_snapshots(source: FileStore, target: PostgresStore, report: MigrationReport) -> None:
+    """The representation snapshots, so the prompt sections are not empty until a refresh."""
+    for key in sorted(source.snapshot_times()):
+        try:
+            snapshot = source.read_snapshot(key)
+        except CorruptFile:
+            report.snapshots_unreadable += 1
+            continue
+        if snapshot is None:  # removed since the listing
+            continue
+        with target.connection() as conn:
+            inserted = conn.execute(
+                "INSERT INTO memhoncho_representations (key, snapshot, fetched_at)"
+                " VALUES (%s, %s::jsonb, %s) ON CONFLICT (key) DO NOTHING RETURNING key",
+                (key, snapshot.model_dump_json(), snapshot.fetched_at),
+            ).fetchone()
+        if inserted is None:
+            report.snapshots_present += 1
+        else:
+            report.snapshots_copied += 1

@@ -39,7 +39,7 @@ from memhoncho.errors import (
     StoreSchemaBehind,
     StoreUnavailable,
 )
-from memhoncho.models import ForkDecision, Ledger
+from memhoncho.models import ForkDecision, Ledger, Snapshot
 from memhoncho.store.base import (
     Appended,
     Record,
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from memhoncho.store.forks import ForkRecord
 
 #: the migration this code needs (``memhoncho/store/migrations/versions``); see ``schema_head``
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 POOL_MAX = 10  # connections per process: a worker thread may hold a lock and use another
 #: milliseconds a statement waits for a row lock (a capture behind a stalled one, a worker
 #: behind a committing capture) before it fails with StoreUnavailable rather than hang
@@ -671,6 +671,37 @@ class PostgresStore(Store):
         if row is None:
             return None, None
         return marker_time(row[0], LAST_DELIVERY)
+
+    # ---- representation snapshots -------------------------------------------------------------
+
+    def write_snapshot(self, key: str, snapshot: Snapshot) -> None:
+        with self.connection() as conn:
+            conn.execute(
+                "INSERT INTO memhoncho_representations (key, snapshot, fetched_at)"
+                " VALUES (%s, %s::jsonb, %s) ON CONFLICT (key) DO UPDATE"
+                " SET snapshot = excluded.snapshot, fetched_at = excluded.fetched_at",
+                (key, snapshot.model_dump_json(), snapshot.fetched_at),
+            )
+
+    def read_snapshot(self, key: str) -> Snapshot | None:
+        """One primary-key SELECT: within ``store_timeout_s`` for a connection, and the lock
+        and TCP timeouts of every statement (see ``_connect_kwargs``)."""
+        sql = "SELECT snapshot FROM memhoncho_representations WHERE key = %s"
+        return self._document(sql, key, Snapshot, "the representation snapshot")
+
+    def snapshot_times(self) -> dict[str, float | None]:
+        # The column written beside each document: a row is written whole, so it is the
+        # document's own ``fetched_at`` (a row edited by hand is found corrupt when read).
+        with self.connection() as conn:
+            rows = conn.execute("SELECT key, fetched_at FROM memhoncho_representations").fetchall()
+        return {key: fetched_at for key, fetched_at in rows}
+
+    def remove_snapshot(self, key: str) -> bool:
+        with self.connection() as conn:
+            row = conn.execute(
+                "DELETE FROM memhoncho_representations WHERE key = %s RETURNING key", (key,)
+            ).fetchone()
+        return row is not None
 
     # ---- status ------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ TABLES = (
     "memhoncho_markers",
     "memhoncho_task_results",
     "memhoncho_heartbeats",
+    "memhoncho_representations",
 )
 
 

@@ -1,8 +1,8 @@
 """A user left the host: record the departure and, when asked, purge what memhoncho keeps of them.
 
 ``user_deleted`` writes ``state/departures/<peer>.json`` (the status view lists it). With
-``purge=True`` it also removes, from this machine, the user's undelivered outbox records and the
-representation caches of the user's conversations, and says what it removed. What Honcho
+``purge=True`` it also removes, from the store, the user's undelivered outbox records and the
+representation snapshots of the user's conversations, and says what it removed. What Honcho
 already holds is not touched here: deleting it there is the operator's call.
 """
 
@@ -16,9 +16,7 @@ from typing import Any
 from memhoncho import ids
 from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile
-from memhoncho.store.atomic import fsync_dir
 from memhoncho.store.base import Record, Store
-from memhoncho.store.layout import keys_in
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +51,6 @@ def _ledger_owner(store: Store, key: str) -> tuple[bool, str | None]:
 
 
 def _purge(deployment: Deployment, owner: str | None, departure: Departure) -> None:
-    layout = deployment.layout  # the representation caches stay local files on every store
     store = deployment.store()
     owners: dict[str, bool] = {}  # key -> this user owns the conversation
     for key in store.conversation_keys():
@@ -67,25 +64,17 @@ def _purge(deployment: Deployment, owner: str | None, departure: Departure) -> N
             departure.conversations.append(key)
             departure.records_removed += len(dropped)
             departure.messages_removed += sum(len(r.get("messages") or []) for r in dropped)
-    removed_cache = False
-    for key in keys_in(layout.cache_dir, ".json"):
+    for key in sorted(store.snapshot_times()):
         if key in owners:
             owns = owners[key]
         else:
             known, ledger_owner = _ledger_owner(store, key)
             owns = known and ledger_owner == owner
-        if not owns:
+        if not owns or not store.remove_snapshot(key):
             continue
-        try:
-            layout.cache(key).unlink()
-        except FileNotFoundError:
-            continue
-        removed_cache = True
         departure.caches_removed += 1
         if key not in departure.conversations:
             departure.conversations.append(key)
-    if removed_cache:
-        fsync_dir(layout.cache_dir)
 
 
 def user_deleted(deployment: Deployment, owner: str | None, *, purge: bool = False) -> Departure:
@@ -97,7 +86,7 @@ def user_deleted(deployment: Deployment, owner: str | None, *, purge: bool = Fal
     departure.conversations.sort()
     deployment.store().write_departure(peer, departure.as_dict())
     log.warning(
-        "user departed" + (" and was purged locally" if purge else ""),
+        "user departed" + (" and was purged" if purge else ""),
         extra={
             "action": "user_departed",
             "peer": peer,

@@ -170,6 +170,52 @@ def test_a_database_without_the_schema_is_a_clear_error_until_db_upgrade(
             admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
+def test_an_upgrade_from_0003_adds_the_snapshot_table_and_keeps_the_state(
+    postgres_url: str,
+) -> None:
+    from memhoncho.models import Snapshot
+    from memhoncho.store import schema
+
+    name = f"memhoncho_0003_{int(time.time() * 1000)}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = with_database(postgres_url, name)
+    try:
+        assert schema.upgrade(url, "0003") == "0003"  # the release before snapshots
+        behind = PostgresStore(url, connect_timeout_s=2)
+        with pytest.raises(StoreSchemaBehind) as caught:
+            behind.read_snapshot("k")
+        assert caught.value.details == {"found": "0003", "needed": "0004"}
+        ledger = Ledger(conversation_id="k", session_id="s1", delivered_seq=3)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO memhoncho_conversations (key, conversation_id, last_seq, ledger,"
+                " delivered_seq, has_session) VALUES ('k', 'k', 3, %s::jsonb, 3, true)",
+                (ledger.model_dump_json(),),
+            )
+        assert schema.upgrade(url) == "0004"
+        assert schema.upgrade(url) == "0004"  # again: nothing to do
+        store = PostgresStore(url, connect_timeout_s=2)
+        assert store.read_ledger("k") == ledger
+        assert store.read_snapshot("k") is None and store.snapshot_times() == {}
+        snapshot = Snapshot(
+            conversation_id="k",
+            workspace_id="w",
+            user_peer_id="u",
+            agent_peer_id="a",
+            context_tokens=100,
+            fetched_at=12.5,
+        )
+        store.write_snapshot("k", snapshot)
+        assert store.read_snapshot("k") == snapshot and store.snapshot_times() == {"k": 12.5}
+        assert store.remove_snapshot("k") and not store.remove_snapshot("k")
+        store.close()
+        behind.close()
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
 def test_a_conversation_lock_dies_with_the_process_holding_it(
     postgres_url: str, tmp_path: Path
 ) -> None:
@@ -421,3 +467,44 @@ def test_the_store_migrate_command_reports_what_it_copied_and_copies_nothing_twi
     second = json.loads(capsys.readouterr().out)
     assert (first["records_copied"], second["records_copied"]) == (3, 0)
     assert second["records_present"] == 3
+
+
+def test_store_migrate_copies_the_representation_snapshots_once_and_keeps_newer_ones(
+    data_dir: Path, postgres_url: str
+) -> None:
+    from memhoncho.models import Snapshot
+    from memhoncho.store.layout import Layout
+
+    source = FileStore(Layout(data_dir))
+
+    def snapshot(name: str, fetched_at: float) -> Snapshot:
+        return Snapshot(
+            conversation_id=name,
+            workspace_id="w",
+            user_peer_id="u",
+            agent_peer_id="a",
+            representation=f"{name} at {fetched_at}",
+            context_tokens=100,
+            fetched_at=fetched_at,
+        )
+
+    source.write_snapshot("one", snapshot("one", 1.0))
+    source.write_snapshot("two", snapshot("two", 2.0))
+    source.layout.cache("torn").write_bytes(b'{"representation": "half')
+    target = open_store(data_dir, postgres_url)
+    assert isinstance(target, PostgresStore)
+    target.write_snapshot("two", snapshot("two", 9.0))  # a refresh already wrote a newer one
+
+    first = migrate(source, target)
+    second = migrate(source, target)
+
+    assert (first.snapshots_copied, first.snapshots_present, first.snapshots_unreadable) == (
+        1,
+        1,
+        1,
+    )
+    assert (second.snapshots_copied, second.snapshots_present) == (0, 2)
+    assert first.errors == []
+    assert target.read_snapshot("one") == snapshot("one", 1.0)
+    assert target.read_snapshot("two") == snapshot("two", 9.0)
+    assert target.snapshot_times() == {"one": 1.0, "two": 9.0}

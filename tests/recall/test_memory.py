@@ -1,4 +1,5 @@
-"""Representation refresh against the stand-in (real SDK over HTTP) and sections from the cache."""
+"""Representation refresh against the stand-in (real SDK over HTTP) and sections from the
+snapshot, on both stores; and a refresh on one machine read by a host on another."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from memhoncho.errors import InvalidInput
 from memhoncho.honcho import adapter
 from memhoncho.memory import SectionsStatus
 from memhoncho.models import Ledger
-from memhoncho.store.ledger import write_ledger
+from memhoncho.store.postgres import PostgresStore
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key
 
@@ -38,6 +39,36 @@ def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dic
     return values
 
 
+@pytest.fixture
+def deployment(
+    config_dir: Path, data_dir: Path, settings: dict[str, Any], store_url: str | None
+) -> Deployment:
+    """The plugin's deployment, on each store (``store_url`` names the database by env)."""
+    return Deployment(config_dir, data_dir)
+
+
+def _write_ledger(deployment: Deployment, conversation_id: str, ledger: Ledger) -> None:
+    deployment.store().write_ledger(ids.conversation_key(conversation_id), ledger)
+
+
+def _corrupt_snapshot(deployment: Deployment, conversation_id: str) -> None:
+    """A snapshot that cannot be read: a torn file, or a row that does not validate."""
+    key = ids.conversation_key(conversation_id)
+    store = deployment.store()
+    if isinstance(store, PostgresStore):
+        with store.connection() as conn:
+            conn.execute(
+                "INSERT INTO memhoncho_representations (key, snapshot, fetched_at)"
+                " VALUES (%s, %s::jsonb, 0) ON CONFLICT (key)"
+                " DO UPDATE SET snapshot = excluded.snapshot",
+                (key, '{"representation": "half"}'),
+            )
+        return
+    path = deployment.layout.cache(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b'{"representation": "half')
+
+
 def _delivered_conversation(deployment: Deployment, *, delivered_at: float | None = None) -> str:
     """A conversation whose session exists in the stand-in, with a ledger saying so."""
     settings = deployment.settings()
@@ -46,9 +77,9 @@ def _delivered_conversation(deployment: Deployment, *, delivered_at: float | Non
     client = adapter.write_client(deployment.honcho_target())
     adapter.ensure_session(client, session, user, AGENT)
     adapter.add_messages(client, session, [adapter.OutgoingMessage(user, "I run marathons")])
-    write_ledger(
-        deployment.layout,
-        ids.conversation_key(CONVERSATION),
+    _write_ledger(
+        deployment,
+        CONVERSATION,
         Ledger(
             conversation_id=CONVERSATION,
             owner=OWNER,
@@ -83,8 +114,7 @@ def test_a_refresh_caches_representation_summary_and_card_and_sections_render_th
     assert snapshot.representation == "Ana trains for a marathon"
     assert snapshot.summary == "Ana talked about her knee."
     assert snapshot.peer_card == ["Name: Ana", "Runner"]
-    cached = json.loads(deployment.layout.cache(ids.conversation_key(CONVERSATION)).read_text())
-    assert cached["fetched_at"] == snapshot.fetched_at
+    assert memory.read_snapshot(deployment, ids.conversation_key(CONVERSATION)) == snapshot
     result = memory.sections(deployment, CONVERSATION)
     assert result.status is SectionsStatus.FRESH and not result.stale
     assert result.text("long-term-memory") == "Ana trains for a marathon"
@@ -107,14 +137,10 @@ def test_sections_make_no_network_call(
 def test_a_refresh_of_a_conversation_not_yet_in_honcho_takes_the_representation_only(
     deployment: Deployment, standin: HonchoStandIn
 ) -> None:
-    from memhoncho.store.outbox import Outbox
-
-    Outbox(deployment.layout).append(
+    deployment.store().append(
         ids.conversation_key("fresh"),
         {"batch_id": "b1", "conversation_id": "fresh", "user_peer_id": "u1", "messages": []},
         max_pending=10,
-        delivered_seq=lambda: 0,
-        delivered_before=lambda b: False,
     )
     snapshot = memory.refresh_representation(deployment, "fresh")
     assert (snapshot.user_peer_id, snapshot.session_id, snapshot.summary) == ("u1", None, None)
@@ -131,10 +157,8 @@ def test_sections_without_a_cache_are_empty_and_say_why(deployment: Deployment) 
     assert result.render() == "" and result.reason
 
 
-def test_sections_survive_a_corrupt_cache_file(deployment: Deployment) -> None:
-    path = deployment.layout.cache(ids.conversation_key(CONVERSATION))
-    path.parent.mkdir(parents=True)
-    path.write_bytes(b'{"representation": "half')
+def test_sections_survive_a_corrupt_snapshot(deployment: Deployment) -> None:
+    _corrupt_snapshot(deployment, CONVERSATION)
     result = memory.sections(deployment, CONVERSATION)
     assert result.status is SectionsStatus.CORRUPT
     assert [s.text for s in result.sections] == ["", ""]
@@ -155,9 +179,7 @@ def _write_snapshot(deployment: Deployment, **fields: Any) -> None:
         fetched_at=fields.pop("fetched_at", time.time()),
         **fields,
     )
-    path = deployment.layout.cache(ids.conversation_key(CONVERSATION))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(snapshot.model_dump_json())
+    deployment.store().write_snapshot(ids.conversation_key(CONVERSATION), snapshot)
 
 
 def test_an_old_snapshot_is_rendered_and_said_to_be_stale(deployment: Deployment) -> None:
@@ -193,20 +215,17 @@ def test_a_short_section_leaves_its_budget_to_the_other(
 
 
 def test_refresh_is_due_for_delivered_conversations_with_old_or_missing_snapshots(
-    deployment: Deployment,
+    deployment: Deployment, store_url: str | None
 ) -> None:
     now = time.time()
     for name, delivered_at in (("new", now - 5), ("old", now - 10 * 86_400), ("never", None)):
-        write_ledger(
-            deployment.layout,
-            ids.conversation_key(name),
-            Ledger(conversation_id=name, last_delivered_at=delivered_at),
+        _write_ledger(
+            deployment, name, Ledger(conversation_id=name, last_delivered_at=delivered_at)
         )
     assert memory.refresh_due(deployment, now=now) == ["new", "old"]  # no snapshot yet
     for name in ("new", "old"):
-        path = deployment.layout.cache(ids.conversation_key(name))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
+        deployment.store().write_snapshot(
+            ids.conversation_key(name),
             memory.Snapshot(
                 conversation_id=name,
                 workspace_id="w",
@@ -214,10 +233,72 @@ def test_refresh_is_due_for_delivered_conversations_with_old_or_missing_snapshot
                 agent_peer_id=AGENT,
                 context_tokens=1200,
                 fetched_at=now - 60,
-            ).model_dump_json()
+            ),
         )
     assert memory.refresh_due(deployment, now=now) == []  # younger than the TTL (600 s)
     later = now + 3600
     assert memory.refresh_due(deployment, now=later) == ["new"]  # "old" is not recent nor behind
-    deployment.layout.cache(ids.conversation_key("old")).write_text("{")
-    assert memory.refresh_due(deployment, now=later) == ["new", "old"]  # corrupt: due at once
+    if store_url is None:  # a torn file; a database row is written whole, with its time
+        deployment.layout.cache(ids.conversation_key("old")).write_text("{")
+        assert memory.refresh_due(deployment, now=later) == ["new", "old"]  # due at once
+
+
+def test_the_file_store_keeps_the_cache_file_it_always_wrote(
+    config_dir: Path, data_dir: Path, settings: dict[str, Any], standin: HonchoStandIn
+) -> None:
+    deployment = Deployment(config_dir, data_dir)  # files: no store_url
+    _delivered_conversation(deployment)
+    snapshot = memory.refresh_representation(deployment, CONVERSATION)
+    path = data_dir / "cache" / "representations" / f"{ids.conversation_key(CONVERSATION)}.json"
+    assert path.read_bytes() == snapshot.model_dump_json().encode("utf-8")
+    older = snapshot.model_copy(update={"representation": "written by an older memhoncho"})
+    path.write_bytes(older.model_dump_json().encode("utf-8"))
+    result = memory.sections(deployment, CONVERSATION)
+    assert result.text("long-term-memory") == "written by an older memhoncho"
+
+
+def test_a_refresh_on_one_machine_renders_in_the_sections_of_a_host_on_another(
+    tmp_path: Path,
+    standin: HonchoStandIn,
+    workspace_id: str,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MEMHONCHO_STORE_URL", postgres_url)
+    machines = []
+    for name in ("worker-machine", "host-machine"):  # each its own config and data dirs
+        _configure(tmp_path / name / "config", base_url=standin.url, workspace_id=workspace_id)
+        machines.append(Deployment(tmp_path / name / "config", tmp_path / name / "data"))
+    worker, host = machines
+    _delivered_conversation(worker)
+    client = adapter.write_client(worker.honcho_target())
+    adapter.create_conclusion(client, AGENT, ids.peer_id(OWNER), "Ana trains for a marathon")
+    assert memory.sections(host, CONVERSATION).status is SectionsStatus.MISSING
+
+    memory.refresh_representation(worker, CONVERSATION)
+
+    result = memory.sections(host, CONVERSATION)
+    assert result.status is SectionsStatus.FRESH
+    assert result.text("long-term-memory") == "Ana trains for a marathon"
+    assert not (tmp_path / "host-machine" / "data" / "cache").exists()
+    assert memory.refresh_due(host) == []  # the host's beat sees the worker's refresh too
+
+
+def test_sections_on_an_unreachable_database_are_empty_with_the_error_status(
+    config_dir: Path, data_dir: Path
+) -> None:
+    from memhoncho.store import close_stores
+    from memhoncho.testing.postgres import _free_port
+
+    url = f"postgresql://postgres@127.0.0.1:{_free_port()}/nothing"  # nobody listens there
+    _configure(config_dir, store_url=url, store_timeout_s=1.0)
+    deployment = Deployment(config_dir, data_dir)
+    try:
+        for _ in range(2):  # the first would build the pool, the second meets no pool
+            result = memory.sections(deployment, CONVERSATION)
+            assert result.status is SectionsStatus.ERROR
+            assert result.render() == "" and [s.text for s in result.sections] == ["", ""]
+            assert result.reason and "cannot be reached" in result.reason
+            assert "postgres@" not in result.reason
+    finally:
+        close_stores()

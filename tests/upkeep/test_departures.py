@@ -113,3 +113,33 @@ def test_a_malformed_user_name_is_refused_and_changes_nothing(host: Host) -> Non
         host.user_deleted("", purge=True)
     assert _files(host.deployment.data_dir) == before
     assert not host.deployment.layout.departures_dir.exists()
+
+
+def test_purge_on_the_database_store_removes_that_users_snapshots_there(
+    config_dir: Path, data_dir: Path, postgres_url: str
+) -> None:
+    from memhoncho.models import Snapshot
+    from memhoncho.testing.config import write_settings
+
+    write_settings(config_dir, store_url=postgres_url)
+    with Host(config_dir, data_dir) as host:
+        store = host.deployment.store()
+        for conversation, owner in (("ana-1", ANA), ("bo-1", BO)):
+            key = ids.conversation_key(conversation)
+            store.write_ledger(key, Ledger(conversation_id=conversation, owner=owner))
+            store.write_snapshot(
+                key,
+                Snapshot(
+                    conversation_id=conversation,
+                    workspace_id="w",
+                    user_peer_id=ids.peer_id(owner),
+                    agent_peer_id="agent",
+                    context_tokens=100,
+                    fetched_at=1.0,
+                ),
+            )
+        result = host.user_deleted(ANA, purge=True)
+        assert result["caches_removed"] == 1
+        assert result["conversations"] == [ids.conversation_key("ana-1")]
+        assert store.read_snapshot(ids.conversation_key("ana-1")) is None
+        assert store.read_snapshot(ids.conversation_key("bo-1")) is not None
