@@ -234,7 +234,8 @@ class Host:
         return self._publish(REFRESH_TASK, [conversation_id])
 
     def sections(self, conversation_id: str) -> Sections:
-        """The prompt sections from the local cache (``memory.Sections``): no network, no raise."""
+        """The prompt sections from the stored snapshot (``memory.Sections``): never calls
+        Honcho, never raises (a file on the file store, one indexed row on PostgreSQL)."""
         from memhoncho import memory
 
         return memory.sections(self.deployment, conversation_id)
