@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from memhoncho.errors import MemhonchoError
+    from memhoncho.status.warm import WarmStatus
 
 
 def _json_text(value: Any) -> str:
@@ -144,19 +145,15 @@ def _refusal(exc: MemhonchoError) -> relay_socket.Answer:
     return code, "", json.dumps(exc.as_dict(), default=str) + "\n"
 
 
-def status_answer(warm: Any, header: dict[str, Any]) -> relay_socket.Answer:
+def status_answer(warm: WarmStatus, header: dict[str, Any]) -> relay_socket.Answer:
     """What ``memhoncho status`` prints, from the relay's warm view (``status/warm.py``), drawn
     for the asking command's terminal (``relay_socket.terminal``)."""
+    from memhoncho.status import render
+
     max_age_s = float(header.get("max_age_s", relay_socket.STATUS_MAX_AGE_S))
     if header.get("json"):
         return 0, _json_text(warm.view(max_age_s)) + "\n", ""
-    return 0, warm.table(max_age_s, table_style(header)), ""
-
-
-def table_style(terminal: dict[str, Any]) -> tuple[int | None, bool, bool]:
-    """(width, terminal, colour) of a stdout described by ``relay_socket.terminal()``."""
-    width = int(terminal.get("width") or 0) or None
-    return width, bool(terminal.get("terminal")), bool(terminal.get("color"))
+    return 0, warm.table(max_age_s, render.style_for(header)), ""
 
 
 def _cmd_relay(args: argparse.Namespace) -> int:
@@ -280,8 +277,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     else:
         from memhoncho.status import render
 
-        width, terminal, color = table_style(relay_socket.terminal())
-        sys.stdout.write(render.drawn_table(view, width=width, terminal=terminal, color=color))
+        sys.stdout.write(render.drawn_table(view, render.style_for(relay_socket.terminal())))
     return 0
 
 

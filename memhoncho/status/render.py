@@ -127,19 +127,30 @@ def _rich_table(view: dict[str, Any]) -> Any:
     return drawn
 
 
+#: how a table is drawn: (width, None for ``TABLE_WIDTH``; on a terminal; in colour)
+Style = tuple[int | None, bool, bool]
+
+
 def table(view: dict[str, Any], width: int = TABLE_WIDTH) -> str:
     """The table as plain text (no colour codes), e.g. for a log or a test."""
-    return drawn_table(view, width=width, terminal=False, color=False).rstrip("\n")
+    return drawn_table(view, (width, False, False)).rstrip("\n")
 
 
-def drawn_table(view: dict[str, Any], *, width: int | None, terminal: bool, color: bool) -> str:
-    """The table as ``memhoncho status`` prints it on a stdout that is ``terminal`` (or not),
-    ``width`` columns wide (None: ``TABLE_WIDTH``), coloured or not. The command says what its
-    stdout is (``relay_socket.terminal``), so the relay draws for it as the command would."""
+def style_for(terminal: dict[str, Any]) -> Style:
+    """The style of a stdout described by ``relay_socket.terminal()`` (sent by the command)."""
+    width = int(terminal.get("width") or 0) or None
+    return width, bool(terminal.get("terminal")), bool(terminal.get("color"))
+
+
+def drawn_table(view: dict[str, Any], style: Style) -> str:
+    """The table as ``memhoncho status`` prints it on a stdout of ``style``. The command says
+    what its stdout is (``relay_socket.terminal``), so the relay draws for it as the command
+    would."""
     import io
 
     from rich.console import Console
 
+    width, terminal, color = style
     out = io.StringIO()
     Console(
         file=out,

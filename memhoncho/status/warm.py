@@ -18,13 +18,11 @@ import time
 from typing import Any
 
 from memhoncho.deployment import Deployment
+from memhoncho.status.render import Style, drawn_table
 from memhoncho.status.view import StatusReader
 
 REFRESH_S = 1.0  #: seconds between reads while someone watches
 WATCH_S = 60.0  #: seconds after the last request during which the view is kept fresh
-
-#: how a table is drawn: (width, on a terminal, in colour), as ``render.drawn_table`` takes
-Style = tuple[int | None, bool, bool]
 
 
 class WarmStatus:
@@ -68,10 +66,7 @@ class WarmStatus:
         return self._draw(view, style)
 
     def _draw(self, view: dict[str, Any], style: Style) -> str:
-        from memhoncho.status import render
-
-        width, terminal, color = style
-        text = render.drawn_table(view, width=width, terminal=terminal, color=color)
+        text = drawn_table(view, style)
         self._drawn = (view, style, text)
         return text
 
