@@ -24,6 +24,7 @@ from typing import Any
 from memhoncho.errors import CorruptFile
 from memhoncho.models import Record
 from memhoncho.store.files import FileStore
+from memhoncho.store.layout import keys_in
 from memhoncho.store.postgres import PostgresStore
 
 
@@ -228,7 +229,7 @@ def _copy_quarantine(source: FileStore, target: PostgresStore, report: Migration
 
 def _copy_snapshots(source: FileStore, target: PostgresStore, report: MigrationReport) -> None:
     """The representation snapshots, so the prompt sections are not empty until a refresh."""
-    for key in sorted(source.snapshot_times()):
+    for key in keys_in(source.layout.cache_dir, ".json"):  # listed, each read once below
         try:
             snapshot = source.read_snapshot(key)
         except CorruptFile:
