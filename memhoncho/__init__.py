@@ -11,8 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from memhoncho.capture.host import Host
     from memhoncho.errors import MemhonchoError
-    from memhoncho.host import Host
     from memhoncho.models import CaptureResult, CaptureStatus
 
 __all__ = ["CaptureResult", "CaptureStatus", "Host", "MemhonchoError"]
@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 _HOMES = {
     "CaptureResult": "memhoncho.models",
     "CaptureStatus": "memhoncho.models",
-    "Host": "memhoncho.host",
+    "Host": "memhoncho.capture.host",
     "MemhonchoError": "memhoncho.errors",
 }
 

@@ -1,197 +1,20 @@
-"""The Celery app, its queues, routing and beat table, built from settings when asked for.
+"""The documented ``celery -A memhoncho.celery_app worker|beat|flower`` target.
 
-Nothing is built at import. ``celery -A memhoncho.celery_app worker|beat|flower`` looks up
-``app`` here, and that first look-up builds the process's app (``get_app``) from the settings
-of ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR``. The tasks are shared tasks: they bind to
-whichever app is built, so nothing here imports a service and nothing cycles.
-
-With no ``broker_url`` memhoncho uses kombu's filesystem transport under the data directory
-(one machine, no server); the broker only carries hints, so either choice never risks data.
+The app itself is built in ``memhoncho.worker.app``; this module only names it, so the
+command operators type stays the same wherever the code lives. Nothing is built at import.
 """
 
 from __future__ import annotations
 
-import threading
-from pathlib import Path
 from typing import Any
 
-from celery import Celery
-from kombu import Exchange, Queue
+from memhoncho.worker.app import beat_schedule, close_app, create_app, embedded_broker, get_app
 
-from memhoncho import logs, results, routing
-from memhoncho.deployment import Deployment
-from memhoncho.embedded_broker import TAKEN_FOLDER_OPTION
-from memhoncho.embedded_broker import TRANSPORT as EMBEDDED_TRANSPORT
-from memhoncho.settings import Settings
-
-TASK_TIME_LIMIT_S = 300  # hard limit; far below the broker's visibility timeout
-TASK_SOFT_TIME_LIMIT_S = 240
-VISIBILITY_TIMEOUT_S = 3600  # Redis: an unacked task is redelivered after this
-HOST_CONNECT_TIMEOUT_S = 0.04  # the host never waits long on a broker that is down
-EMBEDDED_POLL_S = 0.1  # seconds between the filesystem broker's scans of its queue folder
-BEAT_EXPIRY_FRACTION = 0.9  # a beat task expires just before its next firing
-
-TASK_MODULES = ["memhoncho.tasks"]
-
-
-def embedded_broker(data_dir: Path) -> tuple[str, dict[str, Any]]:
-    """kombu's filesystem transport in ``<data_dir>/broker``: no server, one machine.
-
-    Celery loads it as ``embedded_broker.TRANSPORT``, whose messages appear whole.
-    """
-    queue_dir = data_dir / "broker" / "queue"
-    control_dir = data_dir / "broker" / "control"
-    taken_dir = data_dir / "broker" / "taken"
-    for folder in (queue_dir, control_dir, taken_dir):
-        folder.mkdir(parents=True, exist_ok=True)
-    return "filesystem://", {
-        "data_folder_in": str(queue_dir),
-        "data_folder_out": str(queue_dir),
-        "control_folder": str(control_dir),
-        TAKEN_FOLDER_OPTION: str(taken_dir),
-        "store_processed": False,
-        "polling_interval": EMBEDDED_POLL_S,
-    }
-
-
-def beat_schedule(current: Settings) -> dict[str, dict[str, Any]]:
-    """The beat table: name, schedule, task, queue and ``expires`` just under the period."""
-    table = [
-        ("outbox-sweep", current.sweep_interval_s, routing.SWEEP_TASK),
-        ("representation-refresh", current.refresh_interval_s, routing.REFRESH_ALL_TASK),
-    ]
-    return {
-        name: {
-            "task": task,
-            "schedule": period,
-            "options": {
-                "queue": routing.MAINTENANCE_QUEUE,
-                "expires": period * BEAT_EXPIRY_FRACTION,
-            },
-        }
-        for name, period, task in table
-    }
-
-
-def create_app(deployment: Deployment | None = None, *, role: str = "worker") -> Celery:
-    """Build the app from live settings. ``role="host"`` fails fast on a broker that is down."""
-    deployment = deployment or Deployment.from_dirs()
-    current = deployment.settings()
-    transport_options: dict[str, Any] = {}
-    if current.broker_url:
-        broker = current.broker_url
-        if routing.is_redis(broker):
-            transport_options["visibility_timeout"] = VISIBILITY_TIMEOUT_S
-        backend = broker if routing.is_redis(broker) else None
-    else:
-        broker, transport_options = embedded_broker(deployment.data_dir)
-        results = deployment.data_dir / "broker" / "results"
-        results.mkdir(parents=True, exist_ok=True)
-        backend = f"file://{results}"
-    celery = Celery("memhoncho", broker=broker, backend=backend, include=TASK_MODULES)
-    if not current.broker_url:
-        celery.conf.broker_transport = EMBEDDED_TRANSPORT
-    logs.connect_celery(current.log_format)  # fields on memhoncho's log lines in workers
-    exchange = Exchange("memhoncho", type="direct")
-    queue_names = [
-        *routing.deliver_queues(current.partitions),
-        routing.RECALL_QUEUE,
-        routing.MAINTENANCE_QUEUE,
-    ]
-    celery.conf.update(
-        task_queues=[Queue(name, exchange, routing_key=name) for name in queue_names],
-        task_default_queue=routing.MAINTENANCE_QUEUE,
-        task_default_exchange="memhoncho",
-        task_routes=(routing.Router(current.partitions),),
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
-        worker_prefetch_multiplier=1,
-        task_time_limit=TASK_TIME_LIMIT_S,
-        task_soft_time_limit=TASK_SOFT_TIME_LIMIT_S,
-        broker_transport_options=transport_options,
-        broker_connection_retry_on_startup=True,
-        task_serializer="json",
-        result_serializer="json",
-        accept_content=["json"],
-        result_expires=3600,
-        worker_send_task_events=True,
-        task_send_sent_event=True,
-        worker_hijack_root_logger=False,
-        beat_schedule=beat_schedule(current),
-        memhoncho_config_dir=str(deployment.config_dir),
-        memhoncho_data_dir=str(deployment.data_dir),
-    )
-    if role == "host":
-        celery.conf.update(
-            broker_connection_timeout=HOST_CONNECT_TIMEOUT_S,
-            broker_connection_retry=False,
-            broker_connection_max_retries=0,
-            broker_pool_limit=4,
-        )
-        if routing.is_redis(broker):
-            celery.conf.broker_transport_options = {
-                **transport_options,
-                "socket_connect_timeout": HOST_CONNECT_TIMEOUT_S,
-                "socket_timeout": 1.0,
-                "retry_on_timeout": False,
-                "max_retries": 0,
-            }
-        private_pools(celery)
-    return celery
-
-
-def private_pools(celery: Celery) -> None:
-    """Give the app its own broker connection and producer pools (kombu's are per process,
-    shared by every app with the same URL), so ``close_app`` can close them without touching
-    anyone else's. After a fork Celery drops both and falls back to kombu's shared pools."""
-    from kombu.pools import ProducerPool
-
-    celery._ensure_after_fork()  # a forked child drops these (Celery's own after-fork hook)
-    limit = celery.conf.broker_pool_limit
-    connections = celery.connection_for_write().Pool(limit=limit)
-    celery._pool = connections
-    celery.amqp._producer_pool = ProducerPool(connections, limit=limit)
-
-
-def close_app(celery: Celery) -> None:
-    """Close the app's broker connections now (Celery's own ``close`` only drops the pool)."""
-    producers = celery.amqp._producer_pool
-    connections = celery._pool
-    celery.close()
-    for pool in (producers, connections):
-        if pool is not None and pool is not _shared_pool(celery, pool):
-            pool.force_close_all()
-
-
-def _shared_pool(celery: Celery, pool: Any) -> Any:
-    """Kombu's process-wide pool of the same kind, if ``pool`` is one (never closed here)."""
-    from kombu import pools
-    from kombu.utils.collections import eqhash
-
-    group = pools.producers if hasattr(pool, "connections") else pools.connections
-    return dict.get(group, eqhash(celery.connection_for_write()))
-
-
-_app: Celery | None = None
-_app_lock = threading.Lock()
-
-
-def get_app() -> Celery:
-    """The process's worker, beat or flower app: built from settings on the first call, with
-    the task bookkeeping wired (``results``) and memhoncho's tasks registered on it."""
-    global _app
-    with _app_lock:
-        if _app is None:
-            built = create_app()
-            results.connect(built)  # task bookkeeping for status and doctor
-            import memhoncho.tasks  # noqa: F401  (its shared tasks bind to the app)
-
-            _app = built
-        return _app
+__all__ = ["beat_schedule", "close_app", "create_app", "embedded_broker", "get_app"]
 
 
 def __getattr__(name: str) -> Any:
-    """``app`` (what ``celery -A memhoncho.celery_app`` looks up) is built on first access."""
+    """``app`` (what ``celery -A`` looks up) is built on first access."""
     if name == "app":
         return get_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

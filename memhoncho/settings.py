@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from memhoncho import dirs
-from memhoncho.redaction import check_pattern
+from memhoncho.capture.redaction import check_pattern
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from kombu import Connection, Exchange, Queue
 
-from memhoncho import routing
 from memhoncho.celery_app import embedded_broker
+from memhoncho.worker import routing
 
 DEFAULT_MESSAGES = 500
 REFERENCE_REDIS = "redis://127.0.0.1:6379/14"

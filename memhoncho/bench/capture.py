@@ -29,11 +29,12 @@ from typing import Any, TypeVar
 
 from kombu import Connection, Exchange, Producer, Queue
 
-from memhoncho import ids, routing
+from memhoncho import ids
 from memhoncho.bench import redis_url
-from memhoncho.host import Host
+from memhoncho.capture.host import Host
 from memhoncho.settings import SECRETS_FILE, SETTINGS_FILE
 from memhoncho.store import hint_marks
+from memhoncho.worker import routing
 
 DEFAULT_SAMPLES = 1000
 WARMUP = 100  # captures before measuring (imports, connections, caches)
@@ -187,7 +188,7 @@ def _broker_down(samples: int, root: Path) -> dict[str, Any]:
     config = _config(root, f"redis://127.0.0.1:{_closed_port()}/0")
     latencies: list[float] = []
     enqueued = 0
-    host_log = logging.getLogger("memhoncho.host")
+    host_log = logging.getLogger("memhoncho.capture.host")
     level = host_log.level
     host_log.setLevel(logging.ERROR)  # the enqueue_failed warning is expected here
     try:

@@ -37,17 +37,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from memhoncho import ids, routing
+from memhoncho import ids
 from memhoncho.bench import redis_url
 from memhoncho.bench.deliver_naive import NAIVE_QUEUE, NAIVE_TASK
-from memhoncho.capture import OUTBOX_ID_KEY, build_record
+from memhoncho.capture.host import Host
+from memhoncho.capture.record import OUTBOX_ID_KEY, build_record
 from memhoncho.honcho import adapter
-from memhoncho.host import Host
 from memhoncho.models import RunEvent
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import StandInControl
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
 from memhoncho.testing.runs import run_event
+from memhoncho.worker import routing
 
 #: its own db: no other bench or test flushes it ($MEMHONCHO_BENCH_REDIS_URL overrides; flushed)
 REFERENCE_REDIS = redis_url("redis://127.0.0.1:6379/15")

@@ -13,7 +13,7 @@ from typing import Any
 
 from memhoncho.celery_app import app
 from memhoncho.honcho import adapter
-from memhoncho.tasks import task_context
+from memhoncho.worker.tasks import task_context
 
 NAIVE_TASK = "memhoncho.bench_naive_deliver"
 NAIVE_QUEUE = "memhoncho.bench-naive"

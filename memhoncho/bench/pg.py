@@ -90,7 +90,7 @@ def capture_figures(
     (synchronous), on one connection to the same database, interleaved sample by sample."""
     import psycopg
 
-    from memhoncho.host import Host
+    from memhoncho.capture.host import Host
     from memhoncho.testing.config import write_api_key
 
     with scratch_database(server_url) as url:

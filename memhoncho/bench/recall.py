@@ -17,14 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memhoncho import routing
+from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
-from memhoncho.host import Host
 from memhoncho.recall import tools
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.seed import seed_conversation
+from memhoncho.worker import routing
 
 DEFAULT_SAMPLES = 30  # calls per tool and path
 SEEDED_MESSAGES = 200  # the user's messages in the seeded conversation

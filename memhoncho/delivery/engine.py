@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from memhoncho import ids
-from memhoncho.capture import AGENT, OUTBOX_ID_KEY
+from memhoncho.capture.record import AGENT, OUTBOX_ID_KEY
 from memhoncho.delivery import fence, forks
 from memhoncho.delivery.fold import Pending, fold, pending_messages
 from memhoncho.deployment import Deployment

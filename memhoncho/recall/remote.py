@@ -13,10 +13,11 @@ from typing import Any
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeout
 
-from memhoncho import ids, routing
+from memhoncho import ids
 from memhoncho.deployment import Deployment
 from memhoncho.errors import HonchoFailure, HonchoTimeout, HonchoUnavailable
 from memhoncho.recall import tools
+from memhoncho.worker import routing
 
 log = logging.getLogger(__name__)
 

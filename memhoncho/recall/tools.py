@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from memhoncho import ids
-from memhoncho.capture import OUTBOX_ID_KEY
+from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.errors import (
     CorruptFile,

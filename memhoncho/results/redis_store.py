@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from memhoncho.results.record import BEAT_STALE_S, ErrorSummary, TaskResult, live_worker
-from memhoncho.routing import BEAT_KEY_PREFIX, RESULTS_KEY_PREFIX, WORKER_KEY_PREFIX
+from memhoncho.worker.routing import BEAT_KEY_PREFIX, RESULTS_KEY_PREFIX, WORKER_KEY_PREFIX
 
 REDIS_TIMEOUT_S = 1.0  # seconds; bookkeeping never holds a task up for long
 

@@ -17,7 +17,7 @@ from typing import Any
 from memhoncho.errors import LockBusy
 from memhoncho.results.backend import ResultsStore, store_for
 from memhoncho.results.record import ErrorSummary
-from memhoncho.routing import TASK_PREFIX
+from memhoncho.worker.routing import TASK_PREFIX
 
 log = logging.getLogger(__name__)
 

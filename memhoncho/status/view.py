@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from memhoncho import results, routing
+from memhoncho import results
 from memhoncho.deployment import Deployment
 from memhoncho.settings import Settings
 from memhoncho.status import health, render
 from memhoncho.status.census import Census
+from memhoncho.worker import routing
 
 BROKER_TIMEOUT_S = 0.5  # seconds; a broker that is down answers "degraded", not a hang
 REDIS_PRIORITY_SEP = "\x06\x16"  # kombu's Redis transport: queue key of priority n is q+sep+n

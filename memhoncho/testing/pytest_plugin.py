@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from memhoncho.capture.host import Host
     from memhoncho.deployment import Deployment
-    from memhoncho.host import Host
     from memhoncho.testing.processes import CeleryProcess
     from memhoncho.testing.standin import HonchoStandIn
 
@@ -87,7 +87,7 @@ def deployment(config_dir: Path, data_dir: Path, settings: dict[str, Any]) -> De
 
 @pytest.fixture
 def host(deployment: Deployment) -> Iterator[Host]:
-    from memhoncho.host import Host
+    from memhoncho.capture.host import Host
 
     with Host(deployment.config_dir, deployment.data_dir) as running:
         yield running

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from memhoncho import dirs
-from memhoncho.relay_socket import listening
+from memhoncho.capture.relay_socket import listening
 
 READY_TIMEOUT_S = 30.0
 

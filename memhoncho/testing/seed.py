@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memhoncho import ids
-from memhoncho.capture import OUTBOX_ID_KEY
+from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
 from memhoncho.models import Ledger

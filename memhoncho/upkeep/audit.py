@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from memhoncho import ids
-from memhoncho.capture import OUTBOX_ID_KEY
+from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.errors import MemhonchoError, StoreError
 from memhoncho.models import Ledger

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from memhoncho.capture import (
+from memhoncho.capture.record import (
     ANSWER_JOINER,
     batch_id,
     build_record,

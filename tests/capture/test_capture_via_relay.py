@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from memhoncho import dirs, ids
-from memhoncho.relay_socket import FAULT_ENV, KILL_BEFORE_ANSWER, KILL_BEFORE_CAPTURE
+from memhoncho.capture.relay_socket import FAULT_ENV, KILL_BEFORE_ANSWER, KILL_BEFORE_CAPTURE
 from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing.config import write_settings

@@ -10,9 +10,9 @@ from typing import Any
 
 import redis
 
-from memhoncho import routing
-from memhoncho.host import Host
+from memhoncho.capture.host import Host
 from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.worker import routing
 
 PARTITIONS = 8  # the settings' default
 CONVERSATIONS = ["conv-a", "conv-é 'quoted'", "x" * 256]

@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from memhoncho import ids, routing
+from memhoncho import ids
+from memhoncho.capture.host import Host
 from memhoncho.delivery.engine import deliver_conversation
 from memhoncho.deployment import Deployment
-from memhoncho.host import Host
 from memhoncho.store import hint_marks
 from memhoncho.store.layout import Layout
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.runs import run_event
+from memhoncho.worker import routing
 
 
 def test_the_first_claim_publishes_and_the_next_ones_coalesce(tmp_path: Path) -> None:

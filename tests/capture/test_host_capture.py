@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memhoncho import Host, ids, routing
-from memhoncho.capture import batch_id
+from memhoncho import Host, ids
+from memhoncho.capture.record import batch_id
 from memhoncho.errors import (
     CaptureTooLarge,
     InvalidEvent,
@@ -37,6 +37,7 @@ from memhoncho.store.layout import Layout
 from memhoncho.store.ledger import write_ledger
 from memhoncho.store.outbox import Outbox, decode_line
 from memhoncho.testing.config import write_settings
+from memhoncho.worker import routing
 
 SECRET = "sk-secret-0123456789abcdef"
 CONTENT = "my-private-diary-entry-xyzzy"

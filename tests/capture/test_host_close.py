@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from memhoncho import ids
-from memhoncho.host import Host
-from memhoncho.routing import partition
+from memhoncho.capture.host import Host
 from memhoncho.testing.config import write_api_key
+from memhoncho.worker.routing import partition
 
 DEADLINE_S = 0.3  # the close deadline under test
 REDIS_PORT = 6379

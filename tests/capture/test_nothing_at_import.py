@@ -16,9 +16,9 @@ SCRIPT = textwrap.dedent(
 
     import memhoncho
     import memhoncho.celery_app
-    import memhoncho.doctor
+    import memhoncho.cli.doctor
     import memhoncho.status.view
-    import memhoncho.tasks
+    import memhoncho.worker.tasks
     from memhoncho import Host
 
     host = Host(sys.argv[1], sys.argv[2])

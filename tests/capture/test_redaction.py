@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from memhoncho import Host, ids, redaction
+from memhoncho import Host, ids
+from memhoncho.capture import redaction
 from memhoncho.delivery.engine import deliver_conversation
 from memhoncho.deployment import Deployment
 from memhoncho.errors import ConfigError

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from memhoncho import Host, ids
-from memhoncho.capture import batch_id
+from memhoncho.capture.record import batch_id
 from memhoncho.errors import CaptureTooLarge, InvalidEvent, RunConflict
 from memhoncho.models import Ledger
 from memhoncho.store.layout import Layout

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from memhoncho import ids
+from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.errors import LockBusy, StoreSchemaBehind, StoreUnavailable
-from memhoncho.host import Host
 from memhoncho.models import CaptureStatus, Ledger
 from memhoncho.store import close_stores, open_store
 from memhoncho.store.files import FileStore
@@ -40,7 +40,7 @@ def _host_script(turns: str) -> str:
     return textwrap.dedent(
         f"""
         import sys, time
-        from memhoncho.host import Host
+        from memhoncho.capture.host import Host
         from memhoncho.testing.runs import run_event
         from memhoncho import ids
         host = Host()
@@ -92,7 +92,7 @@ def test_two_hosts_capturing_at_once_get_distinct_seqs_and_lose_nothing(
     script = textwrap.dedent(
         f"""
         import sys
-        from memhoncho.host import Host
+        from memhoncho.capture.host import Host
         from memhoncho.testing.runs import run_event
         host = Host()
         offset = int(sys.argv[1])
@@ -312,7 +312,7 @@ def test_neither_the_file_store_nor_importing_memhoncho_loads_the_database_drive
     script = textwrap.dedent(
         f"""
         import sys
-        from memhoncho.host import Host
+        from memhoncho.capture.host import Host
         from memhoncho.testing.runs import run_event
         with Host({str(tmp_path / "c")!r}, {str(tmp_path / "d")!r}) as host:
             host.capture(run_event("c", 0))
@@ -327,7 +327,7 @@ def test_neither_the_file_store_nor_importing_memhoncho_loads_the_database_drive
 def test_doctor_checks_the_database_store_answers_at_the_current_schema(
     config_dir: Path, data_dir: Path, postgres_url: str
 ) -> None:
-    from memhoncho import doctor
+    from memhoncho.cli import doctor
     from memhoncho.testing.postgres import _free_port
 
     write_settings(config_dir, store_url=postgres_url)

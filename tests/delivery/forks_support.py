@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from memhoncho import ids
-from memhoncho.capture import OUTBOX_ID_KEY
+from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.delivery import forks
 from memhoncho.delivery.clone import FORK_CHILD_KEY
 from memhoncho.deployment import Deployment

@@ -9,16 +9,17 @@ from typing import Any
 import pytest
 from celery import Celery
 
-import memhoncho.tasks  # noqa: F401  (its shared tasks bind to the app built below)
-from memhoncho import ids, routing
+import memhoncho.worker.tasks  # noqa: F401  (its shared tasks bind to the app built below)
+from memhoncho import ids
+from memhoncho.capture.host import Host
 from memhoncho.celery_app import create_app
 from memhoncho.deployment import Deployment
-from memhoncho.host import Host
 from memhoncho.store.ledger import read_ledger
-from memhoncho.tasks import DELIVER_MAX_FAILURES
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.runs import run_event
+from memhoncho.worker import routing
+from memhoncho.worker.tasks import DELIVER_MAX_FAILURES
 
 KEY = "sk-deliver-task-key"
 CONVERSATION = "conv-task"
@@ -72,9 +73,9 @@ def test_delivery_gives_up_after_its_limit_of_honcho_failures_and_the_records_st
 def test_delivery_retries_while_the_store_database_is_unreachable_then_leaves_it_to_the_sweep(
     app: Celery, config_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memhoncho import tasks
     from memhoncho.delivery import engine
     from memhoncho.errors import StoreUnavailable
+    from memhoncho.worker import tasks
 
     attempts: list[str] = []
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from memhoncho import ids
-from memhoncho.capture import OUTBOX_ID_KEY
+from memhoncho.capture.host import Host
+from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.delivery import fence, forks
 from memhoncho.delivery.engine import DeliveryState, deliver_conversation, failures_in_a_row
 from memhoncho.deployment import Deployment
@@ -30,7 +31,6 @@ from memhoncho.errors import (
     StoreError,
 )
 from memhoncho.honcho import adapter
-from memhoncho.host import Host
 from memhoncho.models import Ledger
 from memhoncho.store.forks import ForkRecord
 from memhoncho.testing import HonchoStandIn

@@ -25,9 +25,9 @@ import pytest
 import redis
 
 from memhoncho import ids
-from memhoncho.capture import OUTBOX_ID_KEY
+from memhoncho.capture.host import Host
+from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
-from memhoncho.host import Host
 from memhoncho.store import hint_marks
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn

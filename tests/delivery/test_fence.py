@@ -32,8 +32,8 @@ def test_with_the_fence_off_nothing_waits() -> None:
 def test_a_fenced_delivery_is_retried_when_the_fence_opens(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from memhoncho import tasks
     from memhoncho.delivery import engine
+    from memhoncho.worker import tasks
 
     def settling(*_: Any, **__: Any) -> None:
         raise InFlightSettling(wait_s=3.0)

@@ -15,12 +15,12 @@ import pytest
 from forks_support import deliver_in_process, run, sessions_of_child, texts
 
 from memhoncho import ids
+from memhoncho.capture.host import Host
 from memhoncho.delivery import forks
 from memhoncho.delivery.clone import FORK_CHILD_KEY, INTENT_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.errors import ForkRefused, ForkWaiting, InFlightSettling, InvalidId, InvalidInput
 from memhoncho.honcho import adapter
-from memhoncho.host import Host
 from memhoncho.models import Ledger
 from memhoncho.store.forks import ForkRecord
 from memhoncho.testing import HonchoStandIn

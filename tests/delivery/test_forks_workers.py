@@ -14,11 +14,11 @@ import pytest
 from fork_kill_hook import PLAN_ENV
 from forks_support import run, sessions_of_child, texts
 
-from memhoncho import ids, routing
+from memhoncho import ids
+from memhoncho.capture.host import Host
 from memhoncho.delivery import forks
 from memhoncho.delivery.clone import FORK_CHILD_KEY, FORK_TAG_KEY, INTENT_KEY
 from memhoncho.deployment import Deployment
-from memhoncho.host import Host
 from memhoncho.models import Ledger
 from memhoncho.store.forks import clone_marker_path
 from memhoncho.store.ledger import read_ledger
@@ -26,6 +26,7 @@ from memhoncho.store.outbox import Outbox
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+from memhoncho.worker import routing
 
 pytestmark = pytest.mark.slow
 

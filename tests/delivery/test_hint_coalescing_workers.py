@@ -24,8 +24,8 @@ from test_delivery_workers import (  # the same fleet, fixtures, capture and jud
     wait_delivered,
 )
 
+from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
-from memhoncho.host import Host
 from memhoncho.testing import HonchoStandIn
 
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ PACE_S = 0.02  # seconds between a capturing thread's rounds: captures overlap d
 
 OTHER_PROCESS = """
 import json, sys, time
-from memhoncho.host import Host
+from memhoncho.capture.host import Host
 from memhoncho.testing.runs import run_event
 config, data, names, runs, owner, pace = json.loads(sys.argv[1])
 with Host(config, data) as host:

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from memhoncho import ids
-from memhoncho.host import Host
+from memhoncho.capture.host import Host
+from memhoncho.capture.relay import Relay
 from memhoncho.models import Ledger
-from memhoncho.relay import Relay
 from memhoncho.store import hint_marks
 from memhoncho.store.ledger import write_ledger
 from memhoncho.testing import HonchoStandIn

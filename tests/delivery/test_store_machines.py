@@ -21,9 +21,9 @@ from test_delivery_workers import (  # the worker tests' waiting and judging, on
     wait_delivered,
 )
 
+from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.errors import StoreUnavailable
-from memhoncho.host import Host
 from memhoncho.models import CaptureStatus
 from memhoncho.store import close_stores
 from memhoncho.testing import HonchoStandIn
@@ -82,7 +82,7 @@ def fleet(deployment: Deployment) -> Iterator[list[CeleryProcess]]:
 HOST_SCRIPT = textwrap.dedent(
     """
     import sys
-    from memhoncho.host import Host
+    from memhoncho.capture.host import Host
     from memhoncho.testing.runs import run_event
     names = sys.argv[1].split(",")
     with Host() as host:

@@ -131,9 +131,9 @@ def test_the_drawing_libraries_load_only_in_the_commands_that_draw() -> None:
         "import sys\n"
         "sys.modules['rich'] = None\n"
         "sys.modules['prometheus_client'] = None\n"
-        "import memhoncho, memhoncho.cli, memhoncho.logs, memhoncho.doctor\n"
+        "import memhoncho, memhoncho.cli, memhoncho.logs, memhoncho.cli.doctor\n"
         "import memhoncho.status.view, memhoncho.status.render, memhoncho.status.http\n"
-        "import memhoncho.upkeep.sweep, memhoncho.upkeep.replay, memhoncho.progress\n"
+        "import memhoncho.upkeep.sweep, memhoncho.upkeep.replay, memhoncho.cli.progress\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from memhoncho import cli, routing
+from memhoncho import cli
 from memhoncho.settings import Settings
+from memhoncho.worker import routing
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"

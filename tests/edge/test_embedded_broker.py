@@ -9,7 +9,7 @@ from pathlib import Path
 from kombu import Connection
 
 from memhoncho.celery_app import embedded_broker
-from memhoncho.embedded_broker import TRANSPORT
+from memhoncho.worker.embedded_broker import TRANSPORT
 
 MESSAGES = 400  # per publisher
 PUBLISHERS = 2

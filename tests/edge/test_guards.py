@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-import memhoncho.tasks  # noqa: F401  (registers every task on the app)
-from memhoncho import routing
+import memhoncho.worker.tasks  # noqa: F401  (registers every task on the app)
 from memhoncho.celery_app import app
+from memhoncho.worker import routing
 
 #: (conversation id, partitions) -> partition, computed once with crc32: a change of hash
 #: would move live conversations to another queue mid-stream and break their order
@@ -66,7 +66,7 @@ def test_the_deliver_route_is_a_stable_crc32_of_the_conversation_id() -> None:
 
 def test_the_deliver_route_is_the_same_in_a_fresh_interpreter() -> None:
     """Python's ``hash()`` is salted per process; the route must not be."""
-    code = "from memhoncho import routing; print(routing.deliver_queue('conv-1', 8))"
+    code = "from memhoncho.worker import routing; print(routing.deliver_queue('conv-1', 8))"
     out = subprocess.run(
         [sys.executable, "-c", code],
         check=True,

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from memhoncho import cli, relay, results, settings
+from memhoncho import cli, results, settings
+from memhoncho.capture import relay
+from memhoncho.capture.example_host import main as example_host
 from memhoncho.deployment import Deployment
-from memhoncho.example_host import main as example_host
 from memhoncho.status.http import StatusServer, status_token
 from memhoncho.testing.processes import serving
 

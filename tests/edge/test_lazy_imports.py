@@ -125,7 +125,7 @@ def test_capture_and_status_through_the_relay_load_no_pydantic_settings_or_rich(
         "import json, sys\nfrom memhoncho import cli\n"
         f"assert cli.main({argv!r}) == 0\n"
         "print(json.dumps(sorted(m for m in ('pydantic', 'memhoncho.settings',"
-        " 'memhoncho.host', 'rich', 'argparse', 'memhoncho.status.view')"
+        " 'memhoncho.capture.host', 'rich', 'argparse', 'memhoncho.status.view')"
         " if m in sys.modules)), file=sys.stderr)"
     )
     with RelayProcess(config, data):

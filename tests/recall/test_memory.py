@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from memhoncho import ids, memory
+from memhoncho import ids
 from memhoncho.deployment import Deployment
 from memhoncho.errors import InvalidInput
 from memhoncho.honcho import adapter
-from memhoncho.memory import SectionsStatus
 from memhoncho.models import Ledger
+from memhoncho.recall import memory
+from memhoncho.recall.memory import SectionsStatus
 from memhoncho.store.postgres import PostgresStore
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key

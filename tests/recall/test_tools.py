@@ -11,6 +11,7 @@ import pytest
 from jsonschema.validators import Draft202012Validator
 
 from memhoncho import ids
+from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.errors import (
     HonchoNoLLM,
@@ -21,7 +22,6 @@ from memhoncho.errors import (
     MemhonchoError,
     MissingApiKey,
 )
-from memhoncho.host import Host
 from memhoncho.recall import tools
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin, write_settings

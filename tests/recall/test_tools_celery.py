@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import redis
 
-from memhoncho import ids, routing
+from memhoncho import ids
+from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.errors import (
     HonchoNoLLM,
@@ -21,12 +22,12 @@ from memhoncho.errors import (
     InvalidToolCall,
     MemhonchoError,
 )
-from memhoncho.host import Host
 from memhoncho.recall import remote, tools
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin, write_api_key, write_settings
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.seed import seed_conversation
+from memhoncho.worker import routing
 
 SECRET_KEY = "sk-memhoncho-recall-SECRET-77aa11"
 ANA = "ana@example.com"

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from memhoncho import cli, doctor, ids, settings
+from memhoncho import cli, ids, settings
+from memhoncho.cli import doctor
 from memhoncho.deployment import Deployment
 from memhoncho.results import ErrorSummary
 from memhoncho.results.file_store import FileResults

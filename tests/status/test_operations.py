@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
-from memhoncho import cli, doctor, routing
+from memhoncho import cli
+from memhoncho.cli import doctor
 from memhoncho.deployment import Deployment
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.processes import CeleryProcess, standin_env
+from memhoncho.worker import routing
 
 KEY = "sk-operations-test-key"
 pytestmark = pytest.mark.standin(api_key=KEY)

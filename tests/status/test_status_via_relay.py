@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from memhoncho import dirs, relay_socket
+from memhoncho import dirs
+from memhoncho.capture import relay_socket
+from memhoncho.capture.host import Host
+from memhoncho.capture.relay_socket import FAULT_ENV, KILL_BEFORE_ANSWER
 from memhoncho.deployment import Deployment
-from memhoncho.host import Host
-from memhoncho.relay_socket import FAULT_ENV, KILL_BEFORE_ANSWER
 from memhoncho.status.warm import WarmStatus
 from memhoncho.testing.config import write_settings
 from memhoncho.testing.relay import RelayProcess

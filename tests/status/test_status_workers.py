@@ -8,15 +8,16 @@ from typing import Any
 
 import pytest
 
-from memhoncho import ids, routing
+from memhoncho import ids
+from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
-from memhoncho.host import Host
 from memhoncho.status.view import status_view
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.processes import CeleryProcess, standin_env, wait_until
 from memhoncho.testing.runs import answered_run
+from memhoncho.worker import routing
 
 KEY = "sk-status-workers-key"
 pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=KEY)]

@@ -14,19 +14,20 @@ from typing import Any
 
 import pytest
 
-from memhoncho import ids, routing
-from memhoncho.capture import OUTBOX_ID_KEY, build_record
+from memhoncho import ids
+from memhoncho.capture.host import Host
+from memhoncho.capture.record import OUTBOX_ID_KEY, build_record
 from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
-from memhoncho.host import Host
-from memhoncho.memory import SectionsStatus
 from memhoncho.models import RunEvent
+from memhoncho.recall.memory import SectionsStatus
 from memhoncho.store.deadletters import read_dead
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing import HonchoStandIn, processes
 from memhoncho.testing.config import write_api_key
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.upkeep.sweep import sweep
+from memhoncho.worker import routing
 
 pytestmark = pytest.mark.slow
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from memhoncho import routing
 from memhoncho.celery_app import app, beat_schedule
 from memhoncho.settings import Settings
+from memhoncho.worker import routing
 
 
 def test_the_beat_table_names_registered_tasks_with_expiry_under_the_period() -> None:
-    import memhoncho.tasks  # noqa: F401  (registers the tasks)
+    import memhoncho.worker.tasks  # noqa: F401  (registers the tasks)
 
     table = beat_schedule(Settings(sweep_interval_s=30, refresh_interval_s=20))
     assert set(table) == {"outbox-sweep", "representation-refresh"}

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from memhoncho import ids
+from memhoncho.capture.host import Host
 from memhoncho.errors import InvalidId
-from memhoncho.host import Host
 from memhoncho.models import Ledger
 from memhoncho.status.view import status_view
 from memhoncho.store.atomic import write_json

@@ -15,9 +15,9 @@ import hashlib
 import json
 from typing import Any
 
+from memhoncho.capture.redaction import Redactor
 from memhoncho.errors import InvalidEvent
 from memhoncho.models import Answered, OutboxMessage, Record, RunEvent, SelectionChange
-from memhoncho.redaction import Redactor
 
 SELECTION_NAME = "memhoncho"  # the name a host's selection lists to include memhoncho
 OUTBOX_ID_KEY = "memhoncho_outbox_id"  # metadata key Honcho messages carry for dedup

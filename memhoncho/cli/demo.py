@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from memhoncho import ids
-from memhoncho.capture import OUTBOX_ID_KEY
+from memhoncho.capture.host import Host
+from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
-from memhoncho.host import Host
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import STOP_TIMEOUT_S, CeleryProcess, memhoncho_env
 
@@ -282,7 +282,7 @@ def _run(entry: int, user: str, answer: str | None) -> dict[str, Any]:
 
 
 def _parts(text: str) -> list[str]:
-    from memhoncho.capture import split_text
+    from memhoncho.capture.record import split_text
 
     return split_text(text, 25_000)
 

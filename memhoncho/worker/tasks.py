@@ -13,9 +13,10 @@ from typing import Any
 
 from celery import shared_task, signals
 
-from memhoncho import results, routing
+from memhoncho import results
 from memhoncho.deployment import Deployment
 from memhoncho.errors import MemhonchoError
+from memhoncho.worker import routing
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ def task_context(app: Any = None) -> Deployment:
     return Deployment.from_dirs(app.conf.memhoncho_config_dir, app.conf.memhoncho_data_dir)
 
 
-@signals.worker_process_init.connect(weak=False, dispatch_uid="memhoncho.tasks.process_init")
+@signals.worker_process_init.connect(weak=False, dispatch_uid="memhoncho.worker.tasks.process_init")
 def _fresh_honcho_clients(**_: Any) -> None:
     """Each pool process builds its own Honcho clients, lazily; none is inherited."""
     from memhoncho.honcho import adapter
@@ -38,7 +39,9 @@ def _fresh_honcho_clients(**_: Any) -> None:
     adapter.close_clients()  # in a fresh child: drops the parent's, closes nothing of theirs
 
 
-@signals.worker_process_shutdown.connect(weak=False, dispatch_uid="memhoncho.tasks.process_end")
+@signals.worker_process_shutdown.connect(
+    weak=False, dispatch_uid="memhoncho.worker.tasks.process_end"
+)
 def _close_honcho_clients(**_: Any) -> None:
     from memhoncho.honcho import adapter
 
@@ -188,7 +191,7 @@ def outbox_sweep(self: Any) -> dict[str, Any]:
 @shared_task(name=routing.REFRESH_ALL_TASK, bind=True, ignore_result=True)
 def refresh_representations(self: Any) -> int:
     """Enqueue a refresh of every recently delivered conversation whose snapshot is old."""
-    from memhoncho import memory
+    from memhoncho.recall import memory
 
     due = memory.refresh_due(task_context(self.app))
     for conversation_id in due:
@@ -204,7 +207,7 @@ def refresh_representations(self: Any) -> int:
 )
 def refresh_representation(self: Any, conversation_id: str) -> None:
     """Fetch one conversation's representation and session context into its cache file."""
-    from memhoncho import memory
+    from memhoncho.recall import memory
 
     try:
         memory.refresh_representation(task_context(self.app), conversation_id)

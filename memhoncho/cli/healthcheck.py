@@ -35,7 +35,7 @@ def beat(deployment: Deployment) -> tuple[bool, str]:
 
 def relay(deployment: Deployment) -> tuple[bool, str]:
     """The outbox relay on this host touched its heartbeat lately (it does every 5 s)."""
-    from memhoncho.relay import HEARTBEAT_STALE_S
+    from memhoncho.capture.relay import HEARTBEAT_STALE_S
 
     path = deployment.layout.relay_heartbeat(socket.gethostname())
     try:

@@ -11,8 +11,8 @@ import json
 import sys
 from typing import TextIO
 
+from memhoncho.capture.host import Host
 from memhoncho.errors import MemhonchoError
-from memhoncho.host import Host
 
 
 def main(lines: TextIO = sys.stdin, out: TextIO = sys.stdout) -> int:

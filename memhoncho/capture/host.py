@@ -19,22 +19,24 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from memhoncho import ids, redaction, routing
-from memhoncho.capture import build_record, is_selected
+from memhoncho import ids
+from memhoncho.capture import redaction
+from memhoncho.capture.hints import DeliverPublisher, HintPool, settled
+from memhoncho.capture.record import build_record, is_selected
 from memhoncho.deployment import Deployment
 from memhoncho.errors import InvalidEvent
-from memhoncho.hints import DeliverPublisher, HintPool, settled
 from memhoncho.models import CaptureResult, CaptureStatus, RunEvent
 from memhoncho.store import hint_marks, open_store
 from memhoncho.store.redactions import add_redactions
+from memhoncho.worker import routing
 
 if TYPE_CHECKING:
     # Celery, kombu and honcho-ai load on first use (a hint, a recall), not with the host:
     # a process that only captures never pays for them.
     from celery import Celery
 
-    from memhoncho.memory import Sections
     from memhoncho.recall import tools as recall_tools
+    from memhoncho.recall.memory import Sections
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +238,7 @@ class Host:
     def sections(self, conversation_id: str) -> Sections:
         """The prompt sections from the stored snapshot (``memory.Sections``): never calls
         Honcho, never raises (a file on the file store, one indexed row on PostgreSQL)."""
-        from memhoncho import memory
+        from memhoncho.recall import memory
 
         return memory.sections(self.deployment, conversation_id)
 

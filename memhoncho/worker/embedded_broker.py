@@ -29,7 +29,7 @@ from kombu.utils.json import dumps, loads
 
 log = logging.getLogger(__name__)
 
-TRANSPORT = "memhoncho.embedded_broker:Transport"  #: Celery's ``broker_transport`` for it
+TRANSPORT = "memhoncho.worker.embedded_broker:Transport"  #: Celery's ``broker_transport`` for it
 TAKEN_FOLDER_OPTION = "taken_folder"  #: transport option: where a consumer moves a message
 
 

@@ -9,7 +9,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from memhoncho import relay_socket
+from memhoncho.capture import relay_socket
 
 if TYPE_CHECKING:
     import argparse
@@ -30,8 +30,8 @@ def _print_json(value: Any) -> None:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import importlib
 
-    from memhoncho import progress
     from memhoncho.bench import BENCHMARKS
+    from memhoncho.cli import progress
 
     module = importlib.import_module(BENCHMARKS[args.name])
     with progress.spinner(f"bench {args.name}"):
@@ -41,7 +41,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from memhoncho import demo
+    from memhoncho.cli import demo
 
     return demo.main(args.data_dir, args.honcho_url, args.honcho_key)
 
@@ -100,8 +100,8 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     or the typed error as JSON on stderr. Publishes no hint unless ``--hint`` (the relay does).
     ``main`` first tries the relay's socket (``relay_socket.py``); this is the in-process way.
     """
+    from memhoncho.capture.host import Host
     from memhoncho.errors import MemhonchoError
-    from memhoncho.host import Host
 
     try:
         raw = relay_socket.cached_stdin()
@@ -157,13 +157,13 @@ def status_answer(warm: WarmStatus, header: dict[str, Any]) -> relay_socket.Answ
 
 
 def _cmd_relay(args: argparse.Namespace) -> int:
-    """Turn new outbox lines into delivery hints until stopped (``memhoncho.relay``), and
+    """Turn new outbox lines into delivery hints until stopped (``memhoncho.capture.relay``), and
     answer ``memhoncho capture`` and ``status`` on the relay's socket (``relay_socket.py``)."""
     import signal
 
-    from memhoncho import relay
+    from memhoncho.capture import relay
+    from memhoncho.capture.host import Host
     from memhoncho.deployment import Deployment
-    from memhoncho.host import Host
     from memhoncho.status.warm import WarmStatus
 
     with Host(args.config_dir, args.data_dir) as host:
@@ -194,8 +194,8 @@ def _cmd_relay(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """Sweep now, as beat would: deliveries enqueued through this host's broker client."""
-    from memhoncho import progress
-    from memhoncho.host import Host
+    from memhoncho.capture.host import Host
+    from memhoncho.cli import progress
     from memhoncho.upkeep.sweep import sweep
 
     with Host(args.config_dir, args.data_dir) as host, progress.bar("sweep") as advance:
@@ -218,8 +218,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     """Dead letters back into the outbox (all, or one conversation's), then enqueue delivery."""
-    from memhoncho import progress
-    from memhoncho.host import Host
+    from memhoncho.capture.host import Host
+    from memhoncho.cli import progress
     from memhoncho.upkeep.replay import replay
 
     with Host(args.config_dir, args.data_dir) as host, progress.bar("replay") as advance:
@@ -289,7 +289,7 @@ def _cmd_serve_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from memhoncho import doctor
+    from memhoncho.cli import doctor
 
     checks = doctor.run_checks(_context(args))
     if args.json:
@@ -365,7 +365,7 @@ def _add_store_commands(sub: Any) -> None:
 
 def _cmd_healthcheck(args: argparse.Namespace) -> int:
     """One process's liveness for a container healthcheck (see memhoncho/healthcheck.py)."""
-    from memhoncho import healthcheck
+    from memhoncho.cli import healthcheck
 
     deployment = _context(args)
     if args.what == "beat":

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memhoncho import results, routing
+from memhoncho import results
 from memhoncho import settings as settings_module
 from memhoncho.deployment import Deployment
 from memhoncho.errors import MemhonchoError
+from memhoncho.worker import routing
 
 INSPECT_TIMEOUT_S = 2.0  # seconds workers have to answer ``inspect active_queues``
 BROKER_TIMEOUT_S = 2.0  # seconds to connect to the broker

@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
-from memhoncho import routing
+from memhoncho.worker import routing
 
 if TYPE_CHECKING:
     from celery import Celery
