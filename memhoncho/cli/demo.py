@@ -77,6 +77,11 @@ class Demo:
             self._tools(host)
             self._status()
 
+    def start(self) -> None:
+        """Start Honcho (the stand-in unless one was named), a worker and beat on the embedded
+        broker, for a caller of its own (the framework examples); stopped with ``stack``."""
+        self._setup()
+
     def _setup(self) -> None:
         self.config_dir = self.data_dir / "config"
         self.config_dir.mkdir(parents=True, exist_ok=True)
