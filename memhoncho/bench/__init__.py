@@ -12,6 +12,7 @@ BENCHMARKS: dict[str, str] = {
     "capture": "memhoncho.bench.capture",
     "cli": "memhoncho.bench.cli",
     "deliver": "memhoncho.bench.deliver",
+    "integrations": "memhoncho.bench.integrations",
     "recall": "memhoncho.bench.recall",
     "status": "memhoncho.bench.status",
     "sweep": "memhoncho.bench.sweep",

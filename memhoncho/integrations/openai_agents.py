@@ -49,11 +49,17 @@ class HonchoMemory:
         self.owner = owner
         self.conversation_id = conversation_id
         self._tools = bridge.OwnerTools(host, owner, via)
+        self._function_tools: list[FunctionTool] | None = None
 
     # ---- what the agent gets ------------------------------------------------------------
 
     def tools(self) -> list[FunctionTool]:
-        """The recall tools as the SDK's function tools, bound to the owner."""
+        """The recall tools as the SDK's function tools, bound to the owner (built once)."""
+        if self._function_tools is None:
+            self._function_tools = self._build_tools()
+        return list(self._function_tools)
+
+    def _build_tools(self) -> list[FunctionTool]:
         return [
             FunctionTool(
                 name=spec.name,

@@ -17,7 +17,7 @@ is given; the run id derives from pydantic-ai's ``run_id``, so a run retried wit
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_ai import RunContext
@@ -58,6 +58,7 @@ class HonchoMemory(AbstractCapability[Any]):
     conversation_id: str | None = None
     #: where recall tools run: ``process`` (here) or ``celery`` (a recall worker)
     via: str = "process"
+    _toolset: FunctionToolset[Any] | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -72,13 +73,18 @@ class HonchoMemory(AbstractCapability[Any]):
         return sections
 
     def get_toolset(self) -> FunctionToolset[Any]:
-        tools = bridge.OwnerTools(self.host, self.owner, self.via)
-        return FunctionToolset(
-            [
-                Tool.from_schema(_caller(tools, spec.name), spec.name, spec.description, spec.parameters)
-                for spec in bridge.recall_tools(self.host)
-            ]
-        )
+        """The recall tools bound to the owner (built once: read again for every run)."""
+        if self._toolset is None:
+            tools = bridge.OwnerTools(self.host, self.owner, self.via)
+            self._toolset = FunctionToolset(
+                [
+                    Tool.from_schema(
+                        _caller(tools, spec.name), spec.name, spec.description, spec.parameters
+                    )
+                    for spec in bridge.recall_tools(self.host)
+                ]
+            )
+        return self._toolset
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
         """Capture the run once it ended: answered, or not answered and the error re-raised."""
