@@ -43,10 +43,12 @@ class State(TypedDict):
 
 def main() -> int:
     with running("langgraph") as (demo, host):
-        host.call_tool("honcho_remember", {"content": "Ana trains for an April marathon."}, owner=OWNER)
+        host.call_tool(
+            "honcho_remember", {"content": "Ana trains for an April marathon."}, owner=OWNER
+        )
         model: list[Any] = [None]  # this turn's scripted model (None: it fails)
 
-        # --- what an app writes: the model with the sections, the recall tools, a captured invoke ---
+        # --- what an app writes: the model with sections, recall tools, a captured invoke ---
         memory = HonchoMemory(host, OWNER)
 
         def agent(state: State, config: RunnableConfig) -> dict[str, Any]:

@@ -59,7 +59,9 @@ async def conversation(demo: Any, host: Any) -> None:
 def main() -> int:
     set_tracing_disabled(True)  # no trace export without an OpenAI key
     with running("openai-agents") as (demo, host):
-        host.call_tool("honcho_remember", {"content": "Ana trains for an April marathon."}, owner=OWNER)
+        host.call_tool(
+            "honcho_remember", {"content": "Ana trains for an April marathon."}, owner=OWNER
+        )
         asyncio.run(conversation(demo, host))
         return show_delivered(demo, CONVERSATION, expected=2 * len(TURNS) - 1)
 

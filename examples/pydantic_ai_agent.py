@@ -37,13 +37,17 @@ def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     if "fail" in prompt:
         raise RuntimeError("the model provider is down")
     if "remember" in prompt:
-        return ModelResponse(parts=[ToolCallPart("honcho_chat", {"query": "What is Ana training for?"})])
+        return ModelResponse(
+            parts=[ToolCallPart("honcho_chat", {"query": "What is Ana training for?"})]
+        )
     return ModelResponse(parts=[TextPart(f"Noted: {prompt}")])
 
 
 def main() -> int:
     with running("pydantic-ai") as (demo, host):
-        host.call_tool("honcho_remember", {"content": "Ana trains for an April marathon."}, owner=OWNER)
+        host.call_tool(
+            "honcho_remember", {"content": "Ana trains for an April marathon."}, owner=OWNER
+        )
         # --- what an app writes: the capability, per run, beside pydantic-ai's own history ---
         agent = Agent(FunctionModel(model))
         memory = HonchoMemory(host, OWNER)
@@ -51,10 +55,15 @@ def main() -> int:
         for text in TURNS:
             try:
                 result = agent.run_sync(
-                    text, message_history=history, conversation_id=CONVERSATION, capabilities=[memory]
+                    text,
+                    message_history=history,
+                    conversation_id=CONVERSATION,
+                    capabilities=[memory],
                 )
             except RuntimeError as exc:
-                demo.say(f"user: {text}\n          agent run failed: {exc} (captured as not answered)")
+                demo.say(
+                    f"user: {text}\n          agent run failed: {exc} (captured as not answered)"
+                )
                 continue
             history = result.all_messages()
             demo.say(f"user: {text}\n          agent: {result.output[:100]}")

@@ -134,7 +134,7 @@ def langgraph_turn(host: Host | None) -> Turn:
 
     def turn(conversation: str, text: str) -> object:
         config: RunnableConfig = {"configurable": {"thread_id": conversation}}
-        payload = {"messages": [("user", text)]}
+        payload: Any = {"messages": [("user", text)]}
         if memory is None:
             return graph.invoke(payload, config)
         return memory.invoke(graph, payload, config)
@@ -205,9 +205,7 @@ def _framework(name: str, make: Callable[[Host | None], Turn], root: Path, sampl
         "turn_with_memhoncho": _figures(with_memory),
         #: p50 with memhoncho minus p50 alone: capture and sections, and also the framework
         #: handling three more tools, the instructions callable and reading the history's length
-        "added_p50_ms": round(
-            statistics.median(with_memory) - statistics.median(alone), 3
-        ),
+        "added_p50_ms": round(statistics.median(with_memory) - statistics.median(alone), 3),
         "in_memhoncho": _figures(inside),
         "capture": _figures(timed.capture_ms[1:]),
         "sections": _figures(timed.sections_ms[1:]),

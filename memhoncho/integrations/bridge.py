@@ -168,9 +168,7 @@ class RecallTool:
 def recall_tools(host: Host) -> list[RecallTool]:
     """The recall tools (search, chat, remember) from ``Host.tool_definitions``."""
     return [
-        RecallTool(
-            d["function"]["name"], d["function"]["description"], d["function"]["parameters"]
-        )
+        RecallTool(d["function"]["name"], d["function"]["description"], d["function"]["parameters"])
         for d in host.tool_definitions()
     ]
 

@@ -87,7 +87,9 @@ class HonchoMemory:
 
     # ---- the run ------------------------------------------------------------------------
 
-    def invoke(self, graph: Any, input: dict[str, Any], config: RunnableConfig, **kwargs: Any) -> Any:
+    def invoke(
+        self, graph: Any, input: dict[str, Any], config: RunnableConfig, **kwargs: Any
+    ) -> Any:
         """``graph.invoke(input, config, **kwargs)``, captured as one memhoncho run."""
         conversation, inputs = self._begin(graph, input, config)
         try:
@@ -148,7 +150,9 @@ class HonchoMemory:
     def _conversation(self, config: RunnableConfig | None, *, required: bool) -> str | None:
         conversation = self.conversation_id or _thread(config)
         if conversation is None and required:
-            raise bridge.unmappable(FRAMEWORK, "a run with no conversation_id and no thread_id", config)
+            raise bridge.unmappable(
+                FRAMEWORK, "a run with no conversation_id and no thread_id", config
+            )
         return conversation
 
     def _turn(

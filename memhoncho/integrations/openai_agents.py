@@ -110,7 +110,9 @@ class HonchoMemory:
         """``Runner.run(agent, input, session=session, **kwargs)`` with memory, captured."""
         conversation = self.conversation_id or (session.session_id if session else None)
         if conversation is None:
-            raise bridge.unmappable(FRAMEWORK, "a run with no conversation_id and no session", input)
+            raise bridge.unmappable(
+                FRAMEWORK, "a run with no conversation_id and no session", input
+            )
         if not isinstance(input, str | list):
             raise bridge.unmappable(FRAMEWORK, "a run's input (a resumed RunState)", input)
         before = len(await session.get_items()) if session is not None else 0
@@ -137,7 +139,9 @@ class HonchoMemory:
         return bridge.Turn(FRAMEWORK, conversation, self.owner, identity, inputs, answer)
 
 
-def _new_inputs(items: Sequence[Any], before: int, *, whole_history: bool) -> tuple[bridge.Entry, ...]:
+def _new_inputs(
+    items: Sequence[Any], before: int, *, whole_history: bool
+) -> tuple[bridge.Entry, ...]:
     """The run's new user messages and their positions in the conversation's history.
 
     With a session the input is all new; without one it is the whole history the caller kept,
@@ -188,4 +192,3 @@ def _answer_position(new_items: Sequence[RunItem], first_new: int) -> int:
         if isinstance(new_items[index], MessageOutputItem):
             return first_new + index
     return first_new + max(len(new_items) - 1, 0)
-

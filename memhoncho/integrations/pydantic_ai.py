@@ -86,7 +86,9 @@ class HonchoMemory(AbstractCapability[Any]):
             )
         return self._toolset
 
-    async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+    async def wrap_run(
+        self, ctx: RunContext[Any], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
         """Capture the run once it ended: answered, or not answered and the error re-raised."""
         start = len(ctx.messages)  # the new run's first message lands here
         inputs = _inputs(ctx.prompt, start)  # UnmappableMessage before any model call

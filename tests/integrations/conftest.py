@@ -16,4 +16,3 @@ from memhoncho.testing.config import point_at_standin
 @pytest.fixture
 def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dict[str, Any]:
     return point_at_standin(config_dir, standin, workspace_id, KEY)
-

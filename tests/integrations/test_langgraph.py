@@ -74,7 +74,9 @@ class LangGraphDriver:
             return
         replies = []
         if action == "call":
-            replies.append(AIMessage("", tool_calls=[{"name": "honcho_chat", "args": value, "id": "t1"}]))
+            replies.append(
+                AIMessage("", tool_calls=[{"name": "honcho_chat", "args": value, "id": "t1"}])
+            )
             value = model_reply(text, "told")[1]
         replies.append(AIMessage(value))
         self.model = FakeMessagesListChatModel(responses=replies)

@@ -14,7 +14,8 @@ FRAMEWORKS = ("pydantic_ai", "agents", "langgraph", "langchain_core", "openai")
 
 
 def loaded_after(code: str, cwd: Path) -> list[str]:
-    report = f"import json, sys; print(json.dumps(sorted(m for m in {FRAMEWORKS!r} if m in sys.modules)))"
+    found = f"sorted(m for m in {FRAMEWORKS!r} if m in sys.modules)"
+    report = f"import json, sys; print(json.dumps({found}))"
     done = subprocess.run(
         [sys.executable, "-c", f"{code}\n{report}"],
         cwd=cwd,
@@ -23,8 +24,8 @@ def loaded_after(code: str, cwd: Path) -> list[str]:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    found: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
-    return found
+    loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return loaded
 
 
 def test_import_memhoncho_and_its_integrations_package_loads_no_framework(tmp_path: Path) -> None:

@@ -30,7 +30,9 @@ def rendered(call: ModelCall) -> str:
 
 
 def user_text(call: ModelCall) -> str:
-    items = call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
+    items = (
+        call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
+    )
     return next(i["content"] for i in reversed(items) if i.get("role") == "user")
 
 
@@ -117,7 +119,13 @@ def test_without_a_session_the_trailing_user_items_are_the_new_input(
     history = [
         {"role": "user", "content": "earlier"},
         {"role": "assistant", "content": "earlier answer"},
-        {"role": "user", "content": [{"type": "input_text", "text": "now"}, {"type": "input_image", "image_url": "x"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "now"},
+                {"type": "input_image", "image_url": "x"},
+            ],
+        },
     ]
     asyncio.run(memory.run(agent, history))
     asyncio.run(memory.run(agent, history))  # the same run again: a duplicate
