@@ -75,7 +75,6 @@ def exercise(driver: Driver, host: Host, standin: HonchoStandIn, workspace_id: s
     # the model's recall tool call got the stand-in's answer, about the owner
     told = f"knows about {user}: {FACT}"
     assert any(told in seen for seen in driver.seen), "the tool result never reached the model"
-    assert not any("<long-term-memory" in seen for seen in driver.seen), "no snapshot yet"
 
     # the same run again: stored once
     driver.repeat(CONVERSATIONS[1])
@@ -90,7 +89,8 @@ def exercise(driver: Driver, host: Host, standin: HonchoStandIn, workspace_id: s
     expected[CONVERSATIONS[2]] += [(user, after_failure, False), ("agent", answer, False)]
     held_once_in_order(standin, workspace_id, expected)
 
-    # the sections, after a refresh, are in the model's input
+    # the sections, after a refresh, are in the model's input (a first delivery refreshes too,
+    # so they may have been there before: what matters is the refreshed text reaching the model)
     first = CONVERSATIONS[0]
     assert host.conversation_idle(first)
     rendered = wait_until(
