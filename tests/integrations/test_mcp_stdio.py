@@ -106,8 +106,11 @@ def test_bad_input_answers_memhoncho_errors_and_writes_nothing(
         ("honcho_save", {"messages": "hello"}, "ERR_TOOL_ARGUMENTS"),
         ("honcho_save", {"user": "hi", "owner": "bo"}, "ERR_TOOL_ARGUMENTS"),
         ("honcho_save", {}, "ERR_TOOL_ARGUMENTS"),
-        ("honcho_save", {"user": "a", "messages": [{"role": "user", "content": "b"}]},
-         "ERR_TOOL_ARGUMENTS"),
+        (
+            "honcho_save",
+            {"user": "a", "messages": [{"role": "user", "content": "b"}]},
+            "ERR_TOOL_ARGUMENTS",
+        ),
         (
             "honcho_save",
             {"messages": [{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]},
