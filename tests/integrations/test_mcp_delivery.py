@@ -12,9 +12,9 @@ from typing import Any
 import anyio
 import pytest
 from mcp_support import (
-    free_port,
     MEMHONCHO,
     answer,
+    free_port,
     records,
     refusal,
     server_env,
