@@ -5,6 +5,8 @@ at the next request; two owners' tokens never reach each other's memory, down to
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,10 @@ from mcp_support import (
 )
 
 from memhoncho import ids
+from memhoncho.deployment import Deployment
 from memhoncho.errors import ConfigError
 from memhoncho.integrations.mcp import auth, scope
+from memhoncho.models import Snapshot
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
@@ -125,6 +129,35 @@ def test_a_session_opened_with_one_token_is_refused_to_another(
         assert hijack.status_code in (403, 404), hijack.text
         assert records(config_dir, data_dir, ANA, "default") == []
         assert records(config_dir, data_dir, BO, "default") == []
+
+
+def test_each_token_reads_the_prompt_sections_of_its_owner_only(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    stored = scope.scoped(ANA, "work")
+    Deployment(config_dir, data_dir).store().write_snapshot(
+        ids.conversation_key(stored),
+        Snapshot(
+            conversation_id=stored,
+            workspace_id="memhoncho",
+            user_peer_id=ids.peer_id(ANA),
+            agent_peer_id="agent",
+            representation="Ana keeps her notes in Portuguese.",
+            context_tokens=2000,
+            fetched_at=time.time(),
+        ),
+    )
+    tokens = tokens_file(tmp_path, f"{ANA_TOKEN} {ANA}\n{BO_TOKEN} {BO}\n")
+
+    async def sections(url: str, token: str) -> dict[str, Any]:
+        async with http_session(url, token) as session:
+            resource = await session.read_resource("memhoncho://sections/work")
+            return dict(json.loads(resource.contents[0].text))
+
+    with http_server(config_dir, data_dir, "--tokens-file", str(tokens)) as url:
+        anas, bos = anyio.run(sections, url, ANA_TOKEN), anyio.run(sections, url, BO_TOKEN)
+    assert anas["status"] == "fresh" and "Portuguese" in anas["text"]
+    assert bos["status"] == "missing" and bos["text"] == ""
 
 
 def test_the_http_server_needs_tokens_that_name_owners(tmp_path: Path) -> None:

@@ -60,6 +60,8 @@ def test_the_tools_are_todays_recall_tools_and_save_with_their_schemas(
     save = tools["honcho_save"].input_schema
     assert save["additionalProperties"] is False
     assert set(save["properties"]) == {"user", "assistant", "messages", "conversation_id", "run_id"}
+    assert tools["honcho_save"].annotations.idempotent_hint is True  # a retry stores once
+    assert tools["honcho_search"].annotations.read_only_hint is True
     for tool in tools.values():  # whose memory is never the model's to choose
         assert "owner" not in tool.input_schema["properties"]
 

@@ -62,6 +62,17 @@ class Memory:
     conversation: str
 
 
+#: hints a client may show or act on: what only reads, what writes, what a retry repeats
+ANNOTATIONS = {
+    recall_tools.SEARCH: types.ToolAnnotations(read_only_hint=True),
+    recall_tools.CHAT: types.ToolAnnotations(read_only_hint=True),
+    recall_tools.REMEMBER: types.ToolAnnotations(read_only_hint=False, destructive_hint=False),
+    save.SAVE: types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+    ),
+}
+
+
 def tools() -> list[types.Tool]:
     """The recall tools as they are today, then the save tool."""
     listed = [
@@ -69,13 +80,17 @@ def tools() -> list[types.Tool]:
             name=tool.name,
             description=tool.description,
             input_schema=parameters_schema(tool.arguments),
+            annotations=ANNOTATIONS[tool.name],
         )
         for tool in recall_tools.TOOLS.values()
     ]
-    listed.append(
-        types.Tool(name=save.SAVE, description=save.DESCRIPTION, input_schema=save.schema())
+    save_tool = types.Tool(
+        name=save.SAVE,
+        description=save.DESCRIPTION,
+        input_schema=save.schema(),
+        annotations=ANNOTATIONS[save.SAVE],
     )
-    return listed
+    return [*listed, save_tool]
 
 
 def build(memory: Memory) -> Server[Any]:
