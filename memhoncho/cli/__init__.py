@@ -499,8 +499,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_store_commands(sub)
     from memhoncho.integrations.mcp import command as mcp_command  # loads no MCP SDK
 
-    mcp_command.add_arguments(sub.add_parser("mcp", help=mcp_command.HELP))
-    sub.choices["mcp"].set_defaults(handler=mcp_command.run)
+    mcp_command.register(sub)
     for command in sub.choices.values():
         _global_options(command)
     return parser

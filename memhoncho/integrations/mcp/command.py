@@ -19,6 +19,13 @@ HTTP_PATH = "/mcp"
 NO_SDK = "memhoncho mcp needs the MCP SDK: pip install 'memhoncho[mcp]'"
 
 
+def register(subparsers: Any) -> None:
+    """``memhoncho mcp`` on the CLI's subparsers (argparse's ``add_subparsers()``)."""
+    parser = subparsers.add_parser("mcp", help=HELP, description=HELP)
+    add_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--owner",
