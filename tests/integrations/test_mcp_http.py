@@ -6,6 +6,7 @@ at the next request; two owners' tokens never reach each other's memory, down to
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,13 @@ import anyio
 import httpx2
 import pytest
 from mcp_support import (
+    MEMHONCHO,
     answer,
     free_port,
     http_server,
     http_session,
     records,
+    server_env,
     tree,
     wait_for,
 )
@@ -231,3 +234,29 @@ async def two_owners(url: str, standin: HonchoStandIn) -> dict[str, Any]:
 def _held(standin: HonchoStandIn) -> int:
     state = standin.state()["workspaces"]
     return sum(len(s["messages"]) for ws in state.values() for s in ws.get("sessions", {}).values())
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        (["--http", "127.0.0.1:8766"], "--http needs --tokens-file, or --token-file with --owner"),
+        (["--http", "localhost"], "--http must be HOST:PORT"),
+        (["--tokens-file", "/nonexistent"], "--tokens-file and --token-file go with --http"),
+        (["--conversation", " padded"], "conversation id must not be blank or padded"),
+        (["--http", "127.0.0.1:8766", "--tokens-file", "/nonexistent"], "cannot read"),
+    ],
+)
+def test_a_server_that_cannot_serve_safely_refuses_to_start(
+    config_dir: Path, data_dir: Path, options: list[str], reason: str
+) -> None:
+    started = subprocess.run(
+        [*MEMHONCHO, "mcp", *options],
+        env=server_env(config_dir, data_dir),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert started.returncode == 2, started.stderr
+    assert reason in started.stderr and "ERR_" in started.stderr
+    assert tree(data_dir) == {}
