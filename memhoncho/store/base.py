@@ -25,11 +25,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memhoncho.models import ForkDecision, Ledger, Record, Snapshot
+from memhoncho.models import ForkDecision, ForkRecord, Ledger, Record, Snapshot
 
 if TYPE_CHECKING:
     from memhoncho.status.census import Census
-    from memhoncho.store.forks import ForkRecord
 
 __all__ = ["Appended", "Record", "Seen", "Store", "SweepListing"]
 

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from memhoncho.errors import CorruptFile
-from memhoncho.models import ForkDecision, Ledger, Snapshot
+from memhoncho.models import ForkDecision, ForkRecord, Ledger, Snapshot
 from memhoncho.store import deadletters, peek, sweep_index
 from memhoncho.store import forks as fork_files
 from memhoncho.store.atomic import fsync_dir, read_model, write_bytes, write_json
@@ -28,7 +28,6 @@ from memhoncho.store.outbox import Outbox
 
 if TYPE_CHECKING:
     from memhoncho.status.census import Census
-    from memhoncho.store.forks import ForkRecord
 
 
 class FileStore(Store):
