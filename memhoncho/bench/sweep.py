@@ -27,7 +27,7 @@ from memhoncho.bench.records import bench_record
 from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
 from memhoncho.store.ledger import write_ledger
-from memhoncho.store.outbox import encode_line
+from memhoncho.store.lines import encode_line
 from memhoncho.upkeep.sweep import sweep
 
 SIZES = (1_000, 10_000, 100_000)  # records in the data directory

@@ -29,7 +29,7 @@ from memhoncho.models import Ledger
 from memhoncho.status import census_file as summary_file
 from memhoncho.store.atomic import write_bytes
 from memhoncho.store.layout import Layout
-from memhoncho.store.outbox import parse
+from memhoncho.store.lines import parse
 
 T = TypeVar("T")
 
