@@ -27,7 +27,7 @@ from typing import Any
 
 from memhoncho.models import ForkDecision, ForkRecord, Ledger, Record, Snapshot
 
-__all__ = ["Appended", "Census", "Record", "Seen", "Store", "SweepListing"]
+__all__ = ["Appended", "BeforeReplace", "Census", "Record", "Seen", "Store", "SweepListing"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,9 @@ class Census:
     quarantined_lines: int = 0
     quarantine_errors: list[str] = field(default_factory=list)
 
+
+#: ``rewrite``'s hook, given the records it drops before they leave the outbox
+BeforeReplace = Callable[[list[Record]], None]
 
 #: what a listing may have read of a conversation already: its ledger, first and last record
 #: (the last one for its ``seq`` only)
@@ -131,7 +134,7 @@ class Store(abc.ABC):
         self,
         key: str,
         keep: Callable[[Record], bool],
-        before_replace: Callable[[list[Record]], None] | None = None,
+        before_replace: BeforeReplace | None = None,
     ) -> tuple[list[Record], list[Record]]:
         """Keep the records ``keep`` accepts; (kept, dropped). ``before_replace(dropped)`` runs
         before they leave, so a crash between leaves a record in both places, never neither."""

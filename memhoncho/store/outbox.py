@@ -27,6 +27,7 @@ from pathlib import Path
 from memhoncho.errors import CaptureTooLarge, OutboxCapacity, RunConflict, StoreError
 from memhoncho.models import Record
 from memhoncho.store.atomic import append_durably, fsync_dir, refused_as_store_error, write_bytes
+from memhoncho.store.base import BeforeReplace
 from memhoncho.store.layout import Layout
 from memhoncho.store.lines import Parsed, encode_line, parse
 from memhoncho.store.locks import file_lock
@@ -313,10 +314,7 @@ class Outbox:
             append_durably(self.layout.quarantine(key), b"".join(entries))
 
     def rewrite(
-        self,
-        key: str,
-        keep: Callable[[Record], bool],
-        before_replace: Callable[[list[Record]], None] | None = None,
+        self, key: str, keep: Callable[[Record], bool], before_replace: BeforeReplace | None = None
     ) -> tuple[list[Record], list[Record]]:
         """Keep the records ``keep`` accepts; return (kept, dropped).
 

@@ -1,7 +1,8 @@
 """What the Honcho stand-in knows of a peer: conclusions, the representation made of them,
 and the chat that answers from them (deterministic: the stored conclusions, plainly).
 
-Conclusions need embeddings, as on a server without an OpenAI key they are refused (422).
+A conclusion needs embeddings: without them (``embeddings=False``) it is refused with 422, as
+by a server without an OpenAI key.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from memhoncho.testing import standin_state as state
 from memhoncho.testing.standin_state import (
     CONCLUSION_FILTER_FIELDS,
     DEFAULT_MAX_CONCLUSIONS,
@@ -17,15 +19,6 @@ from memhoncho.testing.standin_state import (
     MAX_CONCLUSIONS_PER_CALL,
     ApiError,
     Holdings,
-    check_dict,
-    check_id,
-    check_page,
-    invalid,
-    matches,
-    new_id,
-    not_found,
-    now_iso,
-    paginate,
 )
 
 NO_LLM_CONCLUSIONS = "OpenAI API key is required to embed conclusions"
@@ -37,22 +30,22 @@ class PeerMemory(Holdings):
     def create_conclusions(self, ws: str, body: dict[str, Any], *, embeddings: bool) -> Any:
         raw = body.get("conclusions")
         if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_CONCLUSIONS_PER_CALL:
-            raise invalid(
+            raise state.invalid(
                 ["conclusions"], f"List should have 1..{MAX_CONCLUSIONS_PER_CALL} items", "too_long"
             )
         workspace = self.workspace(ws)
         drafts = []
         for i, item in enumerate(raw):
-            item = check_dict(item, ["conclusions", i])
+            item = state.check_dict(item, ["conclusions", i])
             content = item.get("content")
             if not isinstance(content, str) or not 1 <= len(content) <= MAX_CONCLUSION_CHARS:
-                raise invalid(
+                raise state.invalid(
                     ["conclusions", i, "content"],
                     f"String should have 1..{MAX_CONCLUSION_CHARS} characters",
                     "string_too_long",
                 )
-            observer = check_id(item.get("observer_id"), ["conclusions", i, "observer_id"])
-            observed = check_id(item.get("observed_id"), ["conclusions", i, "observed_id"])
+            observer = state.check_id(item.get("observer_id"), ["conclusions", i, "observer_id"])
+            observed = state.check_id(item.get("observed_id"), ["conclusions", i, "observed_id"])
             session_id = item.get("session_id")
             if session_id is not None:
                 self.session(ws, session_id)
@@ -64,7 +57,7 @@ class PeerMemory(Holdings):
             self._ensure_peer(workspace, observer)
             self._ensure_peer(workspace, observed)
             conclusion = {
-                "id": new_id(),
+                "id": state.new_id(),
                 "content": content,
                 "observer_id": observer,
                 "observed_id": observed,
@@ -73,28 +66,28 @@ class PeerMemory(Holdings):
                 "level": "explicit",
                 "source_ids": None,
                 "times_derived": 1,
-                "created_at": now_iso(),
+                "created_at": state.now_iso(),
             }
             workspace.conclusions.append(conclusion)
             created.append(copy.deepcopy(conclusion))
         return created
 
     def list_conclusions(self, ws: str, query: dict[str, str], body: Any) -> Any:
-        page, size, reverse = check_page(query)
+        page, size, reverse = state.check_page(query)
         filters = (body or {}).get("filters")
         items = [
             c
             for c in self.workspace(ws).conclusions
-            if matches(c, filters, CONCLUSION_FILTER_FIELDS)
+            if state.matches(c, filters, CONCLUSION_FILTER_FIELDS)
         ]
-        return paginate(copy.deepcopy(items[::-1] if reverse else items), page, size)
+        return state.paginate(copy.deepcopy(items[::-1] if reverse else items), page, size)
 
     def delete_conclusion(self, ws: str, cid: str) -> None:
         workspace = self.workspace(ws)
         before = len(workspace.conclusions)
         workspace.conclusions = [c for c in workspace.conclusions if c["id"] != cid]
         if len(workspace.conclusions) == before:
-            raise not_found("Conclusion")
+            raise state.not_found("Conclusion")
 
     def _conclusions_about(
         self, ws: str, observer: str, observed: str, session_id: str | None
@@ -131,7 +124,7 @@ class PeerMemory(Holdings):
         self.workspace(ws)
         query = body.get("query")
         if not isinstance(query, str) or not 1 <= len(query) <= MAX_CHAT_QUERY_CHARS:
-            raise invalid(
+            raise state.invalid(
                 ["query"],
                 f"String should have 1..{MAX_CHAT_QUERY_CHARS} characters",
                 "string_too_long",
