@@ -3,8 +3,10 @@
 
 Run `python scripts/layout.py` (or `--json`); it exits 1 when a limit is broken, so
 scripts/check fails on a new flat module, a file past 400 lines or an import circle.
-Every import counts, at module level or inside a function: a circle hidden in a function
-is still a circle. Standard library only, so it runs before anything is installed.
+Every import counts, at module level, inside a function or under TYPE_CHECKING: a circle
+hidden in a function is still a circle. An import is an edge to the deepest module it names
+(``from a.b import c`` to ``a.b.c`` when that is a module, else to ``a.b``). Circles are the
+strongly connected components of those edges. Standard library only.
 """
 
 from __future__ import annotations
