@@ -13,6 +13,7 @@ BENCHMARKS: dict[str, str] = {
     "cli": "memhoncho.bench.cli",
     "deliver": "memhoncho.bench.deliver",
     "integrations": "memhoncho.bench.integrations",
+    "mcp": "memhoncho.bench.mcp",
     "recall": "memhoncho.bench.recall",
     "status": "memhoncho.bench.status",
     "sweep": "memhoncho.bench.sweep",

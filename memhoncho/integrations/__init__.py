@@ -1,7 +1,7 @@
-"""memhoncho inside agent frameworks: one module per framework, each an optional extra.
+"""The ways in from other software: one module per agent framework, and the MCP server.
 
-``memhoncho.integrations.pydantic_ai`` (``pip install 'memhoncho[pydantic-ai]'``),
-``memhoncho.integrations.openai_agents`` (``[openai-agents]``) and
-``memhoncho.integrations.langgraph`` (``[langgraph]``). This package imports none of them, so
-``import memhoncho.integrations`` loads no framework; ``bridge`` is what the three share.
+Each loads its framework (an optional extra) only when used: ``import memhoncho`` loads none.
+``pydantic_ai`` (``pip install 'memhoncho[pydantic-ai]'``), ``openai_agents``
+(``[openai-agents]``) and ``langgraph`` (``[langgraph]``) share ``bridge``; ``mcp`` is
+``memhoncho mcp``.
 """
