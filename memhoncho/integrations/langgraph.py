@@ -91,7 +91,10 @@ class HonchoMemory:
         self, graph: Any, input: dict[str, Any], config: RunnableConfig, **kwargs: Any
     ) -> Any:
         """``graph.invoke(input, config, **kwargs)``, captured as one memhoncho run."""
-        conversation, inputs = self._begin(graph, input, config)
+        history = None
+        if _checkpointed(graph, config):
+            history = len(graph.get_state(config).values.get("messages", []))
+        conversation, inputs = self._begin(input, config, history)
         try:
             output = graph.invoke(input, config, **kwargs)
         except BaseException:  # an error or a cancellation: still one run, not answered
@@ -104,7 +107,10 @@ class HonchoMemory:
         self, graph: Any, input: dict[str, Any], config: RunnableConfig, **kwargs: Any
     ) -> Any:
         """``graph.ainvoke(input, config, **kwargs)``, captured as one memhoncho run."""
-        conversation, inputs = await _athread(self._begin, graph, input, config)
+        history = None
+        if _checkpointed(graph, config):
+            history = len((await graph.aget_state(config)).values.get("messages", []))
+        conversation, inputs = self._begin(input, config, history)
         try:
             output = await graph.ainvoke(input, config, **kwargs)
         except BaseException:
@@ -114,10 +120,11 @@ class HonchoMemory:
         return output
 
     def _begin(
-        self, graph: Any, input: dict[str, Any], config: RunnableConfig
+        self, input: dict[str, Any], config: RunnableConfig, history: int | None
     ) -> tuple[str, tuple[bridge.Entry, ...]]:
         """The conversation and the run's new inputs, mapped before the graph runs (a message
-        it cannot map is refused here: no model call, nothing written)."""
+        it cannot map is refused here: no model call, nothing written). ``history``: the
+        thread's messages so far, None without a checkpointer."""
         conversation = self._conversation(config, required=True)
         assert conversation is not None
         raw = input.get("messages") if isinstance(input, dict) else None
@@ -127,11 +134,9 @@ class HonchoMemory:
             messages = convert_to_messages(raw)
         except (ValueError, TypeError, NotImplementedError):
             raise bridge.unmappable(FRAMEWORK, "a graph input message", raw) from None
-        before = 0
+        before = history or 0
         start = 0
-        if getattr(graph, "checkpointer", None) and _thread(config):
-            before = len(graph.get_state(config).values.get("messages", []))
-        else:  # the input is the whole history: its trailing human messages are new
+        if history is None:  # the input is the whole history: its trailing human messages are new
             start = len(messages)
             while start > 0 and isinstance(messages[start - 1], HumanMessage):
                 start -= 1
@@ -170,10 +175,9 @@ def _caller(tools: bridge.OwnerTools, name: str) -> Callable[..., dict[str, Any]
     return call
 
 
-async def _athread(function: Callable[..., Any], *args: Any) -> Any:
-    import asyncio
-
-    return await asyncio.to_thread(function, *args)
+def _checkpointed(graph: Any, config: RunnableConfig | None) -> bool:
+    """The graph keeps the thread: its history is in the checkpointer, not in the input."""
+    return bool(getattr(graph, "checkpointer", None)) and _thread(config) is not None
 
 
 def _thread(config: RunnableConfig | None) -> str | None:

@@ -3,6 +3,7 @@ FakeMessagesListChatModel, a ToolNode of the recall tools, a real worker."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -143,7 +144,8 @@ def test_without_a_checkpointer_the_trailing_human_messages_are_the_new_input(
         HumanMessage([{"type": "text", "text": "now"}, {"type": "image_url", "image_url": "x"}]),
     ]
     memory.invoke(graph, {"messages": history}, {})
-    memory.invoke(graph, {"messages": history}, {})  # the same run again: a duplicate
+    # the same run again, through ainvoke: a duplicate
+    asyncio.run(memory.ainvoke(graph, {"messages": history}, {}))
     (outbox,) = outbox_files(data_dir)
     (record,) = [json.loads(line.split(" ", 1)[1]) for line in outbox.read_text().splitlines()]
     assert [(m["entry_id"], m["text"]) for m in record["messages"]] == [
