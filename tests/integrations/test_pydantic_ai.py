@@ -127,3 +127,30 @@ def test_an_image_is_noted_by_kind_and_its_text_kept(host: Host, data_dir: Path)
     (outbox,) = outbox_files(data_dir)
     assert '"my knee\\n[image not stored: memhoncho keeps text only]"' in outbox.read_text()
     assert "example.invalid" not in outbox.read_text()
+
+
+def test_a_cancelled_run_is_captured_as_not_answered_and_the_cancellation_goes_on(
+    host: Host, data_dir: Path
+) -> None:
+    started = asyncio.Event()
+
+    async def stuck(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        started.set()
+        await asyncio.Event().wait()  # a provider that never answers
+        raise AssertionError("unreachable")
+
+    agent = Agent(FunctionModel(stuck))
+    memory = HonchoMemory(host, OWNER, "conv-cancel")
+
+    async def cancel_it() -> None:
+        task = asyncio.create_task(agent.run("are you there?", capabilities=[memory]))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_it())
+    (outbox,) = outbox_files(data_dir)
+    text = outbox.read_text()
+    assert '"text":"are you there?"' in text and '"unanswered":true' in text
+    assert '"role":"agent"' not in text
