@@ -70,12 +70,16 @@ class PydanticAIDriver:
 
     def _run(self, conversation: str, text: str, history: list[ModelMessage], **kw: Any) -> Any:
         memory = HonchoMemory(self.host, OWNER)
-        return self.agent.run_sync(
-            text,
-            message_history=history,
-            conversation_id=conversation,
-            capabilities=[memory],
-            **kw,
+        # asyncio.run, not run_sync: run_sync leaves its event loop open for the next call,
+        # and its collection later (a ResourceWarning) disturbs whatever runs then
+        return asyncio.run(
+            self.agent.run(
+                text,
+                message_history=history,
+                conversation_id=conversation,
+                capabilities=[memory],
+                **kw,
+            )
         )
 
     def turn(self, conversation: str, text: str) -> str:
