@@ -41,9 +41,9 @@ from memhoncho import ids
 from memhoncho.bench import redis_url
 from memhoncho.bench.deliver_naive import NAIVE_QUEUE, NAIVE_TASK
 from memhoncho.capture.host import Host
-from memhoncho.capture.record import OUTBOX_ID_KEY, build_record
+from memhoncho.capture.record import build_record
 from memhoncho.honcho import adapter
-from memhoncho.models import RunEvent
+from memhoncho.models import OUTBOX_ID_KEY, RunEvent
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import StandInControl
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running

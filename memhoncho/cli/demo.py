@@ -23,9 +23,9 @@ from typing import Any
 
 from memhoncho import ids
 from memhoncho.capture.host import Host
-from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
+from memhoncho.models import OUTBOX_ID_KEY
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import STOP_TIMEOUT_S, CeleryProcess, memhoncho_env
 

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
 
-    from memhoncho.status.census import Census
+    from memhoncho.store.base import Census
     from memhoncho.store.forks import ForkRecord
 
 #: the migration this code needs (``memhoncho/store/migrations/versions``); see ``schema_head``
@@ -707,7 +707,7 @@ class PostgresStore(Store):
 
     def census(self) -> Census:
         """Aggregates over partial indexes: pending rows only, sessions only."""
-        from memhoncho.status.census import Census
+        from memhoncho.store.base import Census
 
         with self.connection() as conn:
             row = conn.execute(

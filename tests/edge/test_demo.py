@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from memhoncho import ids
-from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.cli.demo import CHILD, DEMO_WORKSPACE, PARENT
+from memhoncho.models import OUTBOX_ID_KEY
 from memhoncho.testing import HonchoStandIn
 
 DEMO_TIMEOUT_S = 120
