@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from memhoncho import ids
-from memhoncho.cli import EXIT_NOT_NOW, EXIT_REFUSED
+from memhoncho.cli.exits import EXIT_NOT_NOW, EXIT_REFUSED
 from memhoncho.store import hint_marks
 from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import Outbox

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from memhoncho import cli, logs
+from memhoncho.cli import parser as cli_parser
 
 
 def _record(name: str = "memhoncho.delivery.engine", **extra: object) -> logging.LogRecord:
@@ -121,7 +122,7 @@ def test_global_options_work_before_or_after_the_subcommand(
 
 
 def test_an_option_before_the_subcommand_is_not_reset_by_the_subcommand() -> None:
-    parsed = cli._build_parser().parse_args(["--data-dir", "/d", "--log-format", "json", "doctor"])
+    parsed = cli_parser.build().parse_args(["--data-dir", "/d", "--log-format", "json", "doctor"])
     assert (parsed.data_dir, parsed.log_format, parsed.config_dir) == ("/d", "json", None)
 
 

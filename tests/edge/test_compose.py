@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from memhoncho import cli
+from memhoncho.cli import checks
+from memhoncho.cli import parser as cli_parser
 from memhoncho.settings import Settings
 from memhoncho.worker import routing
 
@@ -72,7 +73,7 @@ def _workers(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_every_command_exists_in_memhoncho_or_celery(compose: dict[str, Any]) -> None:
-    parser = cli._build_parser()
+    parser = cli_parser.build()
     services = _memhoncho_services(compose)
     assert len(services) >= 6
     for name, service in services.items():
@@ -214,12 +215,12 @@ def test_each_worker_healthcheck_pings_its_own_node(compose: dict[str, Any]) -> 
 def test_beat_flower_and_the_status_server_have_healthchecks_that_exist(
     compose: dict[str, Any],
 ) -> None:
-    parser = cli._build_parser()
+    parser = cli_parser.build()
     services = compose["services"]
     beat = parser.parse_args(_healthcheck(services["beat"])[1:])
-    assert (beat.handler, beat.what) == (cli._cmd_healthcheck, "beat")
+    assert (beat.handler, beat.what) == (checks.healthcheck_command, "beat")
     status = parser.parse_args(_healthcheck(services["status"])[1:])
-    assert (status.handler, status.what) == (cli._cmd_healthcheck, "status")
+    assert (status.handler, status.what) == (checks.healthcheck_command, "status")
     served = _command(services["status"])
     assert status.port == int(served[served.index("--port") + 1])
 
