@@ -25,18 +25,37 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
+#: commands that read no deployment's settings (their own folders, or none)
+_UNCONFIGURED = ("demo", "stand-in", "bench")
+
+
 def _setup_logging(args: argparse.Namespace) -> None:
-    """memhoncho's warnings on stderr with their fields; ``--log-format``, else the setting."""
+    """memhoncho's warnings on stderr with their fields; ``--log-format``, else the setting.
+
+    Reading the setting checks the whole settings file first: a command never runs (nor
+    writes anything) under settings that were not read (``ConfigError``).
+    """
     from memhoncho import logs
 
     style = getattr(args, "log_format", None)
     logs.setup_cli(style or logs.TEXT)
-    if style is None and args.command != "demo":  # the demo keeps its own folders
+    if args.command not in _UNCONFIGURED:
         from memhoncho import settings as settings_module
 
         configured = settings_module.load(getattr(args, "config_dir", None)).log_format
-        if configured != logs.TEXT:
+        if style is None and configured != logs.TEXT:
             logs.setup_cli(configured)
+
+
+def _fail(args: argparse.Namespace, code: int, answer: dict[str, object]) -> int:
+    """Print a typed error on stderr: one JSON object for ``--json`` (and capture), else a line."""
+    import json
+
+    if getattr(args, "json", False) or args.command == "capture":
+        print(json.dumps(answer, default=str), file=sys.stderr)
+    else:
+        print(f"memhoncho: {answer['code']}: {answer['message']}", file=sys.stderr)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,16 +63,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     fast = relay_socket.fast_path(list(sys.argv[1:] if argv is None else argv))
     if fast is not None:
         return fast
-    from memhoncho.cli import parser
+    from memhoncho.cli import exits, parser
     from memhoncho.errors import MemhonchoError
 
     args = parser.build().parse_args(argv)
-    _setup_logging(args)
     try:
+        _setup_logging(args)
         return int(args.handler(args))
     except MemhonchoError as exc:
-        print(f"memhoncho: {exc}", file=sys.stderr)
-        return 2
+        return _fail(args, exits.code_for(exc), exc.as_dict())
+    except ModuleNotFoundError as exc:
+        return _fail(args, exits.REFUSED, exits.missing_module(exc))
+    except OSError as exc:
+        return _fail(args, *exits.os_error(exc, args.command))
     except KeyboardInterrupt:
         return 130
 

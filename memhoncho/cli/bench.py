@@ -15,9 +15,14 @@ def register(sub: Any) -> None:
     from memhoncho.bench import BENCHMARKS
 
     bench = sub.add_parser("bench", help="measure; prints one JSON object")
-    bench.add_argument("name", choices=sorted(BENCHMARKS))
+    bench.add_argument("name", choices=sorted(BENCHMARKS), help="the measurement to run")
     bench.add_argument("--json", action="store_true", help="JSON output (the only format)")
-    bench.add_argument("--samples", type=int, default=None, help="override the sample count")
+    bench.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        help="override the sample count (default: each bench's own)",
+    )
     bench.add_argument(
         "--store", help="capture, sweep, status: also on PostgreSQL (a scratch database there)"
     )

@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from memhoncho.capture import relay_socket
-from memhoncho.cli.exits import EXIT_NOT_NOW, EXIT_REFUSED
+from memhoncho.cli.exits import EXIT_NOT_NOW, EXIT_REFUSED, code_for, os_error
 
 if TYPE_CHECKING:
     import argparse
@@ -28,9 +28,15 @@ def register(sub: Any) -> None:
         f" JSON on stderr, exit {EXIT_REFUSED} (the run is invalid: do not retry it) or"
         f" {EXIT_NOT_NOW} (not accepted now: retry later).",
     )
-    capture.add_argument("--file", help="read the run from this file instead of stdin")
+    capture.add_argument("--file", help="read the run from this file (default: stdin)")
     capture.add_argument(
         "--hint", action="store_true", help="publish the delivery hint (default: the relay does)"
+    )
+    capture.add_argument(
+        "--init",
+        action="store_true",
+        help="initialise the data directory if it is not (default: refuse a folder that is not"
+        " an initialised memhoncho data directory, exit 2)",
     )
     capture.set_defaults(handler=command)
 
@@ -49,11 +55,12 @@ def command(args: argparse.Namespace) -> int:
                 raw = source.read()
         elif raw is None:
             raw = sys.stdin.buffer.read()
-        with Host(args.config_dir, args.data_dir, hints=args.hint) as host:
+        with Host(args.config_dir, args.data_dir, hints=args.hint, initialise=args.init) as host:
             code, out, err = capture_answer(host.capture, raw)
-    except OSError as exc:
-        print(json.dumps({"code": "ERR_INPUT", "message": exc.strerror}), file=sys.stderr)
-        return EXIT_REFUSED
+    except OSError as exc:  # the run's file, or the data directory
+        code, answer = os_error(exc, "capture")
+        print(json.dumps(answer), file=sys.stderr)
+        return code
     except MemhonchoError as exc:
         code, out, err = refusal(exc)
     sys.stdout.write(out)
@@ -78,7 +85,4 @@ def capture_answer(capture: Callable[[Any], Any], raw: bytes) -> relay_socket.An
 
 
 def refusal(exc: MemhonchoError) -> relay_socket.Answer:
-    from memhoncho.errors import InvalidInput
-
-    code = EXIT_REFUSED if isinstance(exc, InvalidInput) else EXIT_NOT_NOW
-    return code, "", json.dumps(exc.as_dict(), default=str) + "\n"
+    return code_for(exc), "", json.dumps(exc.as_dict(), default=str) + "\n"

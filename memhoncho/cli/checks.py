@@ -15,14 +15,16 @@ if TYPE_CHECKING:
 
 def register(sub: Any) -> None:
     doctor = sub.add_parser("doctor", help="check the deployment; non-zero exit on a failure")
-    doctor.add_argument("--json", action="store_true", help="the checks as JSON")
+    doctor.add_argument("--json", action="store_true", help="one JSON object: ok, and the checks")
     doctor.set_defaults(handler=doctor_command)
 
     health = sub.add_parser(
         "healthcheck",
         help="is this host's beat or relay, or the status server, alive (exit 0 or 1)",
     )
-    health.add_argument("what", choices=["beat", "relay", "status"])
+    health.add_argument(
+        "what", choices=["beat", "relay", "status"], help="the process to check on this host"
+    )
     health.add_argument("--port", type=int, default=8765, help="the status server's port")
     health.set_defaults(handler=healthcheck_command)
 
@@ -33,7 +35,7 @@ def doctor_command(args: argparse.Namespace) -> int:
 
     checks = doctor.run_checks(Deployment.from_dirs(args.config_dir, args.data_dir))
     if args.json:
-        print_json([c.as_dict() for c in checks])
+        print_json({"ok": not doctor.failed(checks), "checks": [c.as_dict() for c in checks]})
     else:
         print(doctor.render(checks))
     return 1 if doctor.failed(checks) else 0

@@ -12,14 +12,18 @@ def register(sub: Any) -> None:
     import argparse
 
     demo = sub.add_parser("demo", help="the whole loop end to end on this machine")
-    demo.add_argument("--data-dir", default=argparse.SUPPRESS, help="keep the demo's files here")
-    demo.add_argument("--honcho-url", help="use this Honcho instead of the local stand-in")
+    demo.add_argument(
+        "--data-dir",
+        default=argparse.SUPPRESS,
+        help="keep the demo's files here (default: a temporary folder, removed after)",
+    )
+    demo.add_argument("--honcho-url", help="use this Honcho (default: a local stand-in)")
     demo.add_argument("--honcho-key", help="the API key for --honcho-url")
     demo.set_defaults(handler=demo_command)
 
     stand_in = sub.add_parser("stand-in", help="serve the Honcho stand-in (a test double)")
-    stand_in.add_argument("--port", type=int, default=8000)
-    stand_in.add_argument("--host", default="127.0.0.1")
+    stand_in.add_argument("--port", type=int, default=8000, help="the port to listen on")
+    stand_in.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     stand_in.add_argument("--llm", action="store_true", help="answer chat like an LLM would")
     stand_in.set_defaults(handler=stand_in_command)
 

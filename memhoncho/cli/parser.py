@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 #: the command groups, in the order ``--help`` lists them; a new group is one line here
 GROUPS = (
+    "memhoncho.cli.config",  # init, config show
     "memhoncho.cli.bench",
     "memhoncho.cli.local",  # demo, stand-in
     "memhoncho.cli.relay",  # run, relay
@@ -21,6 +23,44 @@ GROUPS = (
 )
 
 DESCRIPTION = "memhoncho: durable, ordered, exactly-once delivery of agent runs into Honcho."
+EPILOG = (
+    "exit codes (every command): 0 success; 1 a finding (audit damage, a failed check);"
+    " 2 refused input that will never succeed as it is (a bad run, bad settings: fix it);"
+    " 3 a temporary condition (store or broker down, outbox full, port in use: retry);"
+    " 64 a usage error. Errors print an ERR_ code and what to do."
+    " Settings: flags > MEMHONCHO_* environment > settings file > defaults"
+    " (memhoncho config show; docs/configuration.md)."
+)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless it says it or has none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" not in text
+            and default not in (None, False, argparse.SUPPRESS)
+            and (action.option_strings or action.nargs in ("?", "*"))
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors exit 64 (sysexits EX_USAGE), not 2: 2 means refused input everywhere."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("epilog", EPILOG)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        from memhoncho.cli.exits import USAGE
+
+        self.print_usage(sys.stderr)
+        self.exit(USAGE, f"{self.prog}: error: {message} (ERR_USAGE; see --help)\n")
 
 
 def global_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
@@ -54,7 +94,10 @@ def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
 
 
 def build() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memhoncho", description=DESCRIPTION)
+    from memhoncho import __version__
+
+    parser = Parser(prog="memhoncho", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"memhoncho {__version__}")
     global_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
     for group in GROUPS:

@@ -13,8 +13,10 @@ def register(sub: Any) -> None:
     import argparse
 
     run = sub.add_parser("run", help="a worker and beat together (one-machine deployment)")
-    run.add_argument("--concurrency", type=int, default=2)
-    run.add_argument("--loglevel", default="INFO")
+    run.add_argument(
+        "--concurrency", type=int, default=2, help="worker processes (celery worker -c)"
+    )
+    run.add_argument("--loglevel", default="INFO", help="the worker's log level (celery -l)")
     run.set_defaults(handler=run_command)
 
     relay = sub.add_parser("relay", help="turn new outbox lines into delivery hints")
@@ -33,14 +35,16 @@ def run_command(args: argparse.Namespace) -> int:
     import os
     import subprocess
 
-    from memhoncho.deployment import Deployment
+    from memhoncho.deployment import Deployment, initialise
 
     deployment = Deployment.from_dirs(args.config_dir, args.data_dir)
     os.environ["MEMHONCHO_CONFIG_DIR"] = str(deployment.config_dir.absolute())
     os.environ["MEMHONCHO_DATA_DIR"] = str(deployment.data_dir.absolute())
     if args.log_format:
         os.environ["MEMHONCHO_LOG_FORMAT"] = args.log_format
-    deployment.data_dir.mkdir(parents=True, exist_ok=True)
+    found, written = initialise(deployment.data_dir)  # the first run initialises it
+    if written:
+        print(f"initialised {deployment.data_dir} (deployment {found['deployment_id']})")
     schedule = deployment.data_dir.absolute() / "celerybeat-schedule"
     subprocess.Popen([sys.executable, "-m", "memhoncho", "relay", "--exit-with-parent"])
     os.execvp(

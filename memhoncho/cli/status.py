@@ -30,18 +30,20 @@ def register(sub: Any) -> None:
     serve_status = sub.add_parser(
         "serve-status", help="serve the status view and /metrics over HTTP (bearer token)"
     )
-    serve_status.add_argument("--host", default="127.0.0.1")
-    serve_status.add_argument("--port", type=int, default=8765)
+    serve_status.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    serve_status.add_argument("--port", type=int, default=8765, help="the port to listen on")
     serve_status.set_defaults(handler=serve)
 
 
 def command(args: argparse.Namespace) -> int:
     """The status view read in this process: ``main`` first asks a running relay, which
     answers from its warm view (``status/warm.py``) when it is at most ``--max-age`` old."""
-    from memhoncho.deployment import Deployment
+    from memhoncho.deployment import Deployment, require_initialised
     from memhoncho.status import view as status
 
-    view = status.status_view(Deployment.from_dirs(args.config_dir, args.data_dir))
+    deployment = Deployment.from_dirs(args.config_dir, args.data_dir)
+    require_initialised(deployment.data_dir)  # a mistyped folder is not an empty deployment
+    view = status.status_view(deployment)
     if args.json:
         print_json(view)
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memhoncho.cli.exits import print_json
+from memhoncho.cli.exits import count, print_json
 
 if TYPE_CHECKING:
     import argparse
@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
     store = sub.add_parser("store", help="move between stores")
     store_sub = store.add_subparsers(dest="store_command", required=True)
     move = store_sub.add_parser("migrate", help="copy the file store into PostgreSQL")
-    move.add_argument("--to", required=True, help="postgresql://user@host/db")
+    move.add_argument("--to", required=True, help="the target store, postgresql://user@host/db")
     move.add_argument("--json", action="store_true", help="the report as JSON")
     move.set_defaults(handler=store_migrate)
 
@@ -46,7 +46,7 @@ def db_upgrade(args: argparse.Namespace) -> int:
 
 def store_migrate(args: argparse.Namespace) -> int:
     """Copy this data directory's file store into a PostgreSQL store (idempotent)."""
-    from memhoncho.deployment import Deployment
+    from memhoncho.deployment import Deployment, require_initialised
     from memhoncho.errors import ConfigError
     from memhoncho.store import is_postgres, open_store
     from memhoncho.store.files import FileStore
@@ -56,6 +56,7 @@ def store_migrate(args: argparse.Namespace) -> int:
     if not is_postgres(args.to):
         raise ConfigError("--to must be a postgresql:// URL")
     deployment = Deployment.from_dirs(args.config_dir, args.data_dir)
+    require_initialised(deployment.data_dir)
     source = FileStore(deployment.layout)
     target = open_store(deployment.data_dir, args.to, deployment.settings().store_timeout_s)
     assert isinstance(target, PostgresStore)
@@ -64,7 +65,7 @@ def store_migrate(args: argparse.Namespace) -> int:
         print_json(report.as_dict())
     else:
         print(
-            f"copied {report.conversations} conversations: {report.ledgers_copied} ledgers"
+            f"copied {count(report.conversations, 'conversation')}: {report.ledgers_copied} ledgers"
             f" ({report.ledgers_kept} already there), {report.records_copied} pending records"
             f" ({report.records_present} already there), {report.forks_copied} forks,"
             f" {report.dead_copied} dead letters; {len(report.errors)} problems"

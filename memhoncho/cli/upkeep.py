@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from memhoncho.cli.exits import print_json
+from memhoncho.cli.exits import count, print_json
 
 if TYPE_CHECKING:
     import argparse
@@ -17,12 +17,14 @@ def register(sub: Any) -> None:
     sweep.set_defaults(handler=sweep_command)
 
     replay = sub.add_parser("replay", help="move dead letters back into the outbox")
-    replay.add_argument("--conversation", help="only this conversation's dead letters")
+    replay.add_argument(
+        "--conversation", help="only this conversation's dead letters (default: all)"
+    )
     replay.add_argument("--json", action="store_true", help="the replay report as JSON")
     replay.set_defaults(handler=replay_command)
 
     audit = sub.add_parser("audit", help="compare what Honcho holds with the ledgers (read-only)")
-    audit.add_argument("--conversation", help="only this conversation")
+    audit.add_argument("--conversation", help="only this conversation (default: all)")
     audit.add_argument("--json", action="store_true", help="the audit as JSON")
     audit.set_defaults(handler=audit_command)
 
@@ -33,17 +35,18 @@ def sweep_command(args: argparse.Namespace) -> int:
     from memhoncho.cli import progress
     from memhoncho.upkeep.sweep import sweep
 
-    with Host(args.config_dir, args.data_dir) as host, progress.bar("sweep") as advance:
+    host = Host(args.config_dir, args.data_dir, initialise=False)
+    with host, progress.bar("sweep") as advance:
         report = sweep(host.deployment, host.enqueue_delivery, progress=advance)
     if args.json:
         print_json(report.model_dump(mode="json"))
     else:
         print(
-            f"swept {report.listed} conversations in {report.duration_s:.3f}s:"
+            f"swept {count(report.listed, 'conversation')} in {report.duration_s:.3f}s:"
             f" {report.pending} pending ({report.enqueued} enqueued),"
             f" {report.dropped_delivered} delivered records compacted,"
             f" {report.dead_lettered} moved to dead letters,"
-            f" {report.quarantined} lines quarantined, {len(report.failures)} failures"
+            f" {report.quarantined} lines quarantined, {count(len(report.failures), 'failure')}"
         )
         for failure in report.failures:
             where = failure.conversation_id or failure.conversation_key or "-"
@@ -57,7 +60,8 @@ def replay_command(args: argparse.Namespace) -> int:
     from memhoncho.cli import progress
     from memhoncho.upkeep.replay import replay
 
-    with Host(args.config_dir, args.data_dir) as host, progress.bar("replay") as advance:
+    host = Host(args.config_dir, args.data_dir, initialise=False)
+    with host, progress.bar("replay") as advance:
         report = replay(
             host.deployment, args.conversation, enqueue=host.enqueue_delivery, progress=advance
         )
@@ -73,7 +77,7 @@ def replay_command(args: argparse.Namespace) -> int:
 
 def audit_command(args: argparse.Namespace) -> int:
     """Read-only: is each conversation in Honcho exactly once, in order? Exit 1 if not."""
-    from memhoncho.deployment import Deployment
+    from memhoncho.deployment import Deployment, require_initialised
     from memhoncho.upkeep import audit
 
     def progress(done: int, total: int) -> None:
@@ -82,6 +86,7 @@ def audit_command(args: argparse.Namespace) -> int:
             print(f"\raudit: {done}/{total} conversations", end=end, file=sys.stderr, flush=True)
 
     deployment = Deployment.from_dirs(args.config_dir, args.data_dir)
+    require_initialised(deployment.data_dir)
     report = audit.audit(deployment, args.conversation, progress=progress)
     if args.json:
         print_json(report.as_dict())

@@ -125,6 +125,7 @@ def test_a_run_that_deselects_memhoncho_writes_nothing_and_exits_0(
         "status": "not-selected",
         "batch_id": None,
         "enqueued": False,
+        "hint": "none",
         "redactions": 0,
     }
     assert not (data_dir / "data" / "outbox" / "conv-1.jsonl").exists()

@@ -120,7 +120,9 @@ def test_the_relay_declines_an_unknown_request(short_root: Path) -> None:
     with RelayProcess(config, data):
         path = dirs.relay_socket(data)
         assert relay_socket.request(path, str(config), {"op": "nope"}) is None
-        answer = relay_socket.request(path, str(config), {"op": "status", "json": True})
+        digest = relay_socket.settings_digest(str(config), str(data))
+        header = {"op": "status", "json": True, "settings_digest": digest}
+        answer = relay_socket.request(path, str(config), header)
     assert answer is not None and answer[0] == 0 and "outbox" in json.loads(answer[1])
 
 
