@@ -297,6 +297,8 @@ def run_checks(deployment: Deployment) -> list[Check]:
         return checks
     for step in steps:
         checks.append(step())
+        if checks[-1].name == "data_dir" and checks[-1].verdict == FAIL:
+            return checks  # the rest would create files in a folder that is not memhoncho's
     try:
         app = _app(deployment)
     except Exception as exc:

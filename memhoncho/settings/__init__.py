@@ -19,6 +19,7 @@ import importlib.util
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -114,7 +115,7 @@ class Settings(BaseModel):
     @classmethod
     def _store_scheme(cls, value: str | None) -> str | None:
         _url(value, STORE_SCHEMES, "unset (files) or a postgresql:// URL")
-        if value is not None and any(importlib.util.find_spec(m) is None for m in POSTGRES_MODULES):
+        if value is not None and any(_missing(m) for m in POSTGRES_MODULES):
             raise ValueError(
                 "a PostgreSQL store needs the postgres extra: pip install 'memhoncho[postgres]'"
             )
@@ -135,12 +136,22 @@ POSTGRES_MODULES = ("psycopg", "psycopg_pool")  #: what the ``postgres`` extra i
 SECRET_KEYS = frozenset({"status_token"})
 
 
+def _missing(module: str) -> bool:
+    """Whether ``module`` cannot be imported (not installed, or blocked in ``sys.modules``)."""
+    if module in sys.modules:
+        return sys.modules[module] is None
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):
+        return True
+
+
 def _url(value: str | None, schemes: tuple[str, ...], wanted: str) -> str | None:
     if value is None:
         return None
     parts = urlsplit(value)
     if parts.scheme not in schemes or not (parts.netloc or parts.path):
-        shown = f"{parts.scheme}://" if parts.scheme else "no scheme"
+        shown = f"{parts.scheme}://" if "://" in value else "no scheme"
         raise ValueError(f"must be {wanted} ({', '.join(schemes)}), not {shown}")
     return value
 
