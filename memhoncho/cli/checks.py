@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memhoncho.cli.exits import print_json
+from memhoncho.cli.parser import port
 
 if TYPE_CHECKING:
     import argparse
@@ -25,7 +26,7 @@ def register(sub: Any) -> None:
     health.add_argument(
         "what", choices=["beat", "relay", "status"], help="the process to check on this host"
     )
-    health.add_argument("--port", type=int, default=8765, help="the status server's port")
+    health.add_argument("--port", type=port, default=8765, help="the status server's port")
     health.set_defaults(handler=healthcheck_command)
 
 

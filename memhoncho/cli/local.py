@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memhoncho.cli.parser import port
+
 if TYPE_CHECKING:
     import argparse
 
@@ -22,7 +24,7 @@ def register(sub: Any) -> None:
     demo.set_defaults(handler=demo_command)
 
     stand_in = sub.add_parser("stand-in", help="serve the Honcho stand-in (a test double)")
-    stand_in.add_argument("--port", type=int, default=8000, help="the port to listen on")
+    stand_in.add_argument("--port", type=port, default=8000, help="the port to listen on")
     stand_in.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     stand_in.add_argument("--llm", action="store_true", help="answer chat like an LLM would")
     stand_in.set_defaults(handler=stand_in_command)

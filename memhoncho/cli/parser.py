@@ -33,6 +33,17 @@ EPILOG = (
 )
 
 
+def port(text: str) -> int:
+    """An argparse type: a TCP port (a usage error otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"a port is 1..65535, not {value}")
+    return value
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """Every option's help ends with its default, unless it says it or has none."""
 

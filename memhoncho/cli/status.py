@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from memhoncho.capture import relay_socket
 from memhoncho.cli.exits import json_text, print_json
+from memhoncho.cli.parser import port
 
 if TYPE_CHECKING:
     import argparse
@@ -31,7 +32,7 @@ def register(sub: Any) -> None:
         "serve-status", help="serve the status view and /metrics over HTTP (bearer token)"
     )
     serve_status.add_argument("--host", default="127.0.0.1", help="the address to listen on")
-    serve_status.add_argument("--port", type=int, default=8765, help="the port to listen on")
+    serve_status.add_argument("--port", type=port, default=8765, help="the port to listen on")
     serve_status.set_defaults(handler=serve)
 
 
