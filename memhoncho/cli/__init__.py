@@ -1,12 +1,14 @@
 """The ``memhoncho`` command: ``main``, and the fast path through the relay's socket.
 
-Everything else is in a module per command group (``capture``, ``status``, ``relay``,
-``upkeep``, ``checks``, ``store``, ``local``, ``bench``), each with ``register(subparsers)``
-that adds its commands with ``set_defaults(handler=...)``; the parser (``parser.py``) calls
-them in the order of ``parser.GROUPS``. To add a command group: write ``memhoncho/cli/<group>.py``
-with ``register`` (heavy imports inside the handlers, so ``--help`` stays cheap) and add its
-module name to ``parser.GROUPS``. A handler takes the parsed arguments and returns the exit code
-(``exits.py``).
+Everything else is in a module per command group (``config``, ``capture``, ``status``,
+``relay``, ``upkeep``, ``checks``, ``store``, ``local``, ``bench``), each with
+``register(subparsers)``; ``parser.py`` builds the parser and calls them in ``parser.GROUPS``
+order. To add a command group (one small edit): write ``memhoncho/cli/<group>.py`` with
+``register`` adding its commands with ``set_defaults(handler=...)`` and a ``help=`` on every
+option (heavy imports inside the handlers, so ``--help`` stays cheap), then add
+``"memhoncho.cli.<group>"`` to ``parser.GROUPS``. A handler takes the parsed arguments and
+returns an exit code from ``exits.py``; a ``MemhonchoError`` it raises is printed and mapped
+there (0 ok, 1 finding, 2 refused, 3 temporary, 64 usage).
 
 A plain ``memhoncho capture`` or ``status`` first asks a running relay
 (``capture/relay_socket.py``), before anything heavy is imported: this module imports no

@@ -331,3 +331,15 @@ def test_every_json_output_is_one_object(tmp_path: Path) -> None:
     for argv in (["doctor", "--json"], ["status", "--json"], ["config", "show", "--json"]):
         done = _memhoncho(tmp_path, argv, env)
         assert isinstance(json.loads(done.stdout), dict), argv
+
+
+def test_the_configuration_page_lists_every_setting_and_the_commands_page_every_command() -> None:
+    from memhoncho.settings import FIELDS
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    settings_page = (docs / "configuration.md").read_text()
+    for name in FIELDS:
+        assert f"| `{name}` |" in settings_page, name
+    commands_page = (docs / "commands.md").read_text()
+    for words in COMMANDS:
+        assert f"| `{words}" in commands_page, words
