@@ -82,9 +82,19 @@ def global_options(parser: argparse.ArgumentParser, *, top: bool = False) -> Non
     """
     default: Any = None if top else argparse.SUPPRESS
     if "--config-dir" not in parser._option_string_actions:
-        parser.add_argument("--config-dir", default=default, help="default: $MEMHONCHO_CONFIG_DIR")
+        parser.add_argument(
+            "--config-dir",
+            default=default,
+            help="where settings/memhoncho.json and secrets.json are"
+            " (default: $MEMHONCHO_CONFIG_DIR, else ~/.config/memhoncho)",
+        )
     if "--data-dir" not in parser._option_string_actions:
-        parser.add_argument("--data-dir", default=default, help="default: $MEMHONCHO_DATA_DIR")
+        parser.add_argument(
+            "--data-dir",
+            default=default,
+            help="the deployment's initialised data directory (memhoncho init)"
+            " (default: $MEMHONCHO_DATA_DIR, else ~/.local/share/memhoncho)",
+        )
     parser.add_argument(
         "--log-format",
         choices=("text", "json"),

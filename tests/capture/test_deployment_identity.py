@@ -125,3 +125,28 @@ def test_a_fingerprint_never_shows_the_store_password(
     assert printed["store"] == "postgresql://db:5432/memhoncho"
     assert identity(data_dir) is not None
     assert printed["deployment_id"] == identity(data_dir)["deployment_id"]  # type: ignore[index]
+
+
+@pytest.mark.slow
+def test_doctor_fails_a_real_worker_on_the_same_broker_serving_another_data_directory(
+    config_dir: Path, tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memhoncho.testing.processes import CeleryProcess, memhoncho_env
+    from memhoncho.worker import routing
+
+    monkeypatch.setenv("MEMHONCHO_BROKER_URL", redis_url)
+    ours = Deployment(config_dir, tmp_path / "ours")
+    initialise(ours.data_dir)
+    theirs = tmp_path / "mistyped"
+    initialise(theirs)
+    env = memhoncho_env(config_dir=config_dir, data_dir=theirs, broker_url=redis_url)
+    queues = [*routing.deliver_queues(8), routing.RECALL_QUEUE, routing.MAINTENANCE_QUEUE]
+    app = doctor._app(ours)
+    try:
+        with CeleryProcess("worker", env, queues=queues):
+            check = doctor.check_workers(ours, app)
+    finally:
+        app.close()
+    assert check.verdict == "fail"
+    assert f"serves data directory {theirs.absolute()}" in check.detail
+    assert "another deployment" in check.detail and check.action
