@@ -34,13 +34,13 @@ EPILOG = (
 
 
 def port(text: str) -> int:
-    """An argparse type: a TCP port (a usage error otherwise)."""
+    """An argparse type: a TCP port, 0 for any free one (a usage error otherwise)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"a port is 1..65535, not {value}")
+    if not 0 <= value < 65536:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, not {value}")
     return value
 
 
