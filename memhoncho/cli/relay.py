@@ -20,6 +20,12 @@ def register(sub: Any) -> None:
     run.set_defaults(handler=run_command)
 
     relay = sub.add_parser("relay", help="turn new outbox lines into delivery hints")
+    relay.add_argument(
+        "--init",
+        action="store_true",
+        help="initialise the data directory if it is not (default: refuse a folder that is"
+        " not an initialised memhoncho data directory, exit 2)",
+    )
     relay.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
     relay.set_defaults(handler=relay_command)
 
@@ -81,10 +87,10 @@ def relay_command(args: argparse.Namespace) -> int:
     from memhoncho.deployment import Deployment
     from memhoncho.status.warm import WarmStatus
 
-    with Host(args.config_dir, args.data_dir) as host:
+    with Host(args.config_dir, args.data_dir, initialise=args.init) as host:
         # Captures through the socket publish nothing, as the command's own: they leave this
         # relay a request, so one conversation's hints coalesce however they were captured.
-        capturing = Host(args.config_dir, args.data_dir, hints=False)
+        capturing = Host(args.config_dir, args.data_dir, hints=False, initialise=False)
         warm = WarmStatus(Deployment.from_dirs(args.config_dir, args.data_dir))
         server = relay_socket.RelaySocketServer(
             str(host.deployment.config_dir),

@@ -228,6 +228,9 @@ CASES: dict[str, Case] = {
     "a mistyped data dir, sweep": Case(
         ["sweep"], 2, "ERR_NOT_INITIALISED", ("MEMHONCHO_DATA_DIR",), data="dta", initialised=False
     ),
+    "a mistyped data dir, relay": Case(
+        ["relay"], 2, "ERR_NOT_INITIALISED", ("memhoncho init",), data="dta", initialised=False
+    ),
     "a mistyped data dir, doctor": Case(
         ["doctor", "--json"],
         1,
