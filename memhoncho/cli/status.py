@@ -57,8 +57,18 @@ def command(args: argparse.Namespace) -> int:
 def status_answer(warm: WarmStatus, header: dict[str, Any]) -> relay_socket.Answer:
     """What ``memhoncho status`` prints, from the relay's warm view (``status/warm.py``), drawn
     for the asking command's terminal (``relay_socket.terminal``)."""
+    import json
+
+    from memhoncho.cli.exits import code_for
+    from memhoncho.errors import ConfigError
     from memhoncho.status import render
 
+    try:  # refused as the command refuses it in its own process (main checks first)
+        warm.reader.deployment.settings()
+    except ConfigError as exc:
+        if header.get("json"):
+            return code_for(exc), "", json.dumps(exc.as_dict(), default=str) + "\n"
+        return code_for(exc), "", f"memhoncho: {exc.code}: {exc.message}\n"
     max_age_s = float(header.get("max_age_s", relay_socket.STATUS_MAX_AGE_S))
     if header.get("json"):
         return 0, json_text(warm.view(max_age_s)) + "\n", ""

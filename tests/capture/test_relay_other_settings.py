@@ -122,3 +122,25 @@ def test_the_armed_relay_does_take_a_caller_with_its_own_settings(short_root: Pa
         assert relay.proc is not None and relay.proc.wait(10) == -9
     assert done.returncode == 0, done.stderr
     assert len(_outbox(data, "conv-same")) == 1
+
+
+def test_settings_broken_under_a_running_relay_are_refused_as_in_process(
+    short_root: Path,
+) -> None:
+    """The relay reads the same file live: it answers a capture or status with the same
+    ERR_CONFIG and exit code the command gives in its own process, and keeps running."""
+    config, data = short_root / "config", short_root / "data"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMHONCHO_")}
+    status = [sys.executable, "-m", "memhoncho", "--config-dir", str(config)]
+    status += ["--data-dir", str(data), "status", "--json"]
+    with RelayProcess(config, data) as relay:
+        (config / "settings").mkdir(parents=True)
+        (config / "settings" / "memhoncho.json").write_text('{"partitions": 0,}')
+        captured = _capture(config, data, run_event("conv-bad", 0))
+        shown = subprocess.run(status, env=clean, capture_output=True, text=True, check=False)
+        assert relay.proc is not None and relay.proc.poll() is None
+    for done in (captured, shown):
+        assert done.returncode == 2, done.stderr
+        assert json.loads(done.stderr)["code"] == "ERR_CONFIG"
+        assert "is not valid JSON" in done.stderr
+    assert _outbox(data, "conv-bad") == []
