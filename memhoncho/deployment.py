@@ -1,23 +1,31 @@
-"""Where memhoncho's files and settings are, for one host, worker or beat process.
+"""Where memhoncho's files and settings are, for one host, worker or beat process, and the
+data directory's identity (written when it is initialised; a folder without one is refused).
 
 Settings and the API key are read live through this object at each use, never cached.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from memhoncho import settings as settings_module
-from memhoncho.errors import MissingApiKey
+from memhoncho.errors import ConfigError, MissingApiKey, NotInitialised
 from memhoncho.settings import Settings
 from memhoncho.store.layout import Layout
 
 if TYPE_CHECKING:
     from memhoncho.honcho.adapter import HonchoTarget
     from memhoncho.store.base import Store
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,24 @@ class Deployment:
         current = self.settings()
         return open_store(self.data_dir, current.store_url, current.store_timeout_s)
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What a worker serves, published in its Celery conf (``memhoncho doctor`` compares):
+        the data directory, its identity, and the store (a URL without its password)."""
+        current = self.settings()
+        store = "files"
+        if current.store_url:
+            parts = urlsplit(current.store_url)
+            store = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]))
+        try:
+            found = identity(self.data_dir)
+        except ConfigError:
+            found = None
+        return {
+            "data_dir": str(self.data_dir.absolute()),
+            "deployment_id": found and found["deployment_id"],
+            "store": store,
+        }
+
     def api_key(self) -> str | None:
         return settings_module.api_key(self.config_dir)
 
@@ -68,3 +94,86 @@ class Deployment:
             workspace_id=current.workspace_id,
             timeout_s=timeout_s or current.honcho_timeout_s,
         )
+
+
+# ---- the data directory's identity ---------------------------------------------------------
+
+#: written once when a data directory is initialised; a folder without it is not memhoncho's
+IDENTITY_FILE = "memhoncho-deployment.json"
+#: what a data directory made before identities holds: adopted as memhoncho's, not refused
+_LEGACY_MARKS = ("data/outbox", "state/ledger", "state/relay.sock")
+
+
+def identity(data_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The data directory's identity (``deployment_id``, ``created_at``, ``data_dir``), or None
+    when it has none; ConfigError when the path is not a directory or the file is unreadable."""
+    root = Path(data_dir)
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"the data directory {root} is a file: give --data-dir a folder")
+    try:
+        value = json.loads((root / IDENTITY_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"{root / IDENTITY_FILE} cannot be read ({type(exc).__name__}): restore it from"
+            " a backup, or remove it and run memhoncho init"
+        ) from None
+    if not isinstance(value, dict) or not isinstance(value.get("deployment_id"), str):
+        raise ConfigError(f"{root / IDENTITY_FILE} is not a memhoncho identity: remove it and init")
+    return value
+
+
+def initialise(data_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], bool]:
+    """The data directory's identity, written now if it had none: (identity, whether written).
+
+    Written to a temporary file, fsynced and linked into place, so two processes initialising
+    at once agree on one identity (the loser reads the winner's).
+    """
+    found = identity(data_dir)
+    if found is not None:
+        return found, False
+    root = Path(data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    made = {
+        "deployment_id": uuid.uuid4().hex,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "data_dir": str(root.absolute()),
+    }
+    temporary = root / f".{IDENTITY_FILE}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(made, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    try:
+        os.link(temporary, root / IDENTITY_FILE)
+    except FileExistsError:
+        return identity(root) or made, False
+    finally:
+        temporary.unlink()
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return made, True
+
+
+def require_initialised(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The identity of an initialised data directory; NotInitialised for any other folder (a
+    mistyped one is refused, never created). One made before identities is adopted."""
+    found = identity(data_dir)
+    if found is not None:
+        return found
+    root = Path(data_dir)
+    if any((root / mark).exists() for mark in _LEGACY_MARKS):
+        made, written = initialise(root)
+        if written:
+            log.info("data directory adopted", extra={"action": "data_dir_adopted"})
+        return made
+    raise NotInitialised(
+        f"{root} is not an initialised memhoncho data directory (no {IDENTITY_FILE}): check"
+        " --data-dir or MEMHONCHO_DATA_DIR, or initialise it with memhoncho init"
+        " (capture: --init)",
+        data_dir=str(root),
+    )

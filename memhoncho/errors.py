@@ -19,7 +19,8 @@ default message.
     │   ├── StoreUnavailable            ERR_STORE_UNAVAILABLE
     │   └── StoreSchemaBehind           ERR_STORE_SCHEMA
     ├── ConfigError                     ERR_CONFIG
-    │   └── MissingApiKey               ERR_NO_API_KEY
+    │   ├── MissingApiKey               ERR_NO_API_KEY
+    │   └── NotInitialised              ERR_NOT_INITIALISED
     ├── LockBusy                        ERR_LOCK_BUSY
     │   ├── ForkWaiting                 ERR_FORK_WAITING
     │   └── InFlightSettling            ERR_IN_FLIGHT_SETTLING
@@ -144,6 +145,13 @@ class MissingApiKey(ConfigError):
     """No Honcho API key is configured (secrets.json section api-key, or MEMHONCHO_API_KEY)."""
 
     code = "ERR_NO_API_KEY"
+
+
+class NotInitialised(ConfigError):
+    """The data directory is not an initialised memhoncho data directory (a mistyped
+    --data-dir?): nothing was written. Initialise it with memhoncho init (capture: --init)."""
+
+    code = "ERR_NOT_INITIALISED"
 
 
 class LockBusy(MemhonchoError):

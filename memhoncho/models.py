@@ -87,12 +87,26 @@ class CaptureStatus(StrEnum):
     EMPTY = "empty"  #: nothing left to deliver after skipping empty texts; nothing written
 
 
+class HintOutcome(StrEnum):
+    """What became of a captured run's delivery hint (``enqueued``: a hint is on the broker)."""
+
+    PUBLISHED = "published"  #: a delivery hint is on the broker
+    WAITING = "waiting"  #: a hint already waiting for the conversation covers this record
+    RELAY = "relay"  #: left for the outbox relay to publish (``memhoncho capture``'s way)
+    NO_KEY = "no-key"  #: no API key yet: delivery waits for one (the relay or sweep hints)
+    BROKER_DOWN = "broker-down"  #: the publish failed: the relay or the sweep hints later
+    NONE = "none"  #: nothing was captured (a duplicate, not selected, empty)
+
+
 class CaptureResult(BaseModel):
     model_config = ConfigDict(frozen=True, defer_build=True)
 
     status: CaptureStatus
     batch_id: str | None = None
     enqueued: bool = False
+    #: what happened to the delivery hint, in words: ``enqueued`` alone cannot tell a record
+    #: left for the relay from one waiting for an API key
+    hint: HintOutcome = HintOutcome.NONE
     #: secrets replaced by ``[REDACTED]`` in this run's texts before it was written (captured
     #: runs only; the count, never what was replaced)
     redactions: int = 0

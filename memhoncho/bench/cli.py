@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from memhoncho.bench.status import CONVERSATIONS, build_store
-from memhoncho.deployment import Deployment
+from memhoncho.deployment import Deployment, initialise
 from memhoncho.settings import SECRETS_FILE, SETTINGS_FILE
 from memhoncho.store import hint_marks
 from memhoncho.store.layout import Layout, keys_in
@@ -154,6 +154,7 @@ def _measure(root: Path, samples: int) -> dict[str, Any]:
     ]
     capture_args = ["--config-dir", str(capture_config), "--data-dir", str(capture_data)]
     capture = [*memhoncho, *capture_args, "capture"]
+    initialise(root / "alone-data")  # as `memhoncho init` would: capture refuses a new folder
     alone_args = ["--config-dir", str(capture_config), "--data-dir", str(root / "alone-data")]
     capture_alone = [*memhoncho, *alone_args, "capture"]
     with (

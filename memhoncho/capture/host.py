@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from memhoncho import deployment as deployment_module
 from memhoncho import ids
 from memhoncho.capture import redaction
 from memhoncho.capture.hints import DeliverPublisher, HintPool, settled
 from memhoncho.capture.record import build_record, is_selected
 from memhoncho.deployment import Deployment
 from memhoncho.errors import InvalidEvent
-from memhoncho.models import CaptureResult, CaptureStatus, RunEvent
+from memhoncho.models import CaptureResult, CaptureStatus, HintOutcome, RunEvent
 from memhoncho.store import hint_marks, open_store
 from memhoncho.store.redactions import add_redactions
 from memhoncho.worker import routing
@@ -55,10 +56,29 @@ class Host:
         data_dir: str | os.PathLike[str] | None = None,
         *,
         hints: bool = True,
+        initialise: bool = True,
     ) -> None:
         """``hints=False``: capture publishes nothing (a one-shot process that must not wait
-        for a broker client to load); it leaves the outbox relay a request instead."""
+        for a broker client to load); it leaves the outbox relay a request instead.
+
+        The settings are checked first (``ConfigError``). ``initialise``: give the data
+        directory its identity when it has none (logged); False refuses a folder without one
+        (``NotInitialised``), as ``memhoncho capture`` does for a mistyped ``--data-dir``."""
         self.deployment = Deployment.from_dirs(config_dir, data_dir)
+        self.deployment.settings()  # ConfigError now: nothing runs under unread settings
+        if initialise:
+            found, written = deployment_module.initialise(self.deployment.data_dir)
+            if written:
+                log.info(
+                    "data directory initialised",
+                    extra={
+                        "action": "data_dir_initialised",
+                        "data_dir": str(self.deployment.data_dir),
+                        "deployment_id": found["deployment_id"],
+                    },
+                )
+        else:
+            deployment_module.require_initialised(self.deployment.data_dir)
         self._app: Celery | None = None
         self._deliver: DeliverPublisher | None = None
         self._app_lock = threading.Lock()
@@ -91,6 +111,7 @@ class Host:
         if record is None:
             return CaptureResult(status=CaptureStatus.EMPTY)
         hint: list[Future[bool] | bool] = []
+        said: list[HintOutcome] = []  # what _hint_soon decided
         # The files of the data dir, or the database of ``store_url`` (StoreUnavailable: down).
         store = open_store(self.deployment.data_dir, current.store_url, current.store_timeout_s)
         marks = store.kind == "files"
@@ -101,11 +122,14 @@ class Host:
             max_bytes=current.max_batch_bytes,
             # The hint is published while the line is fsynced (see hints.py), unless one is
             # already waiting for this conversation (store/hint_marks.py).
-            after_write=lambda: hint.append(self._hint_soon(run.conversation_id, key, marks)),
+            after_write=lambda: hint.append(self._hint_soon(run.conversation_id, key, marks, said)),
         )
         if appended.duplicate:
             return CaptureResult(status=CaptureStatus.DUPLICATE, batch_id=record["batch_id"])
         enqueued = settled(hint[0] if hint else None)
+        outcome = said[0] if said else HintOutcome.NONE
+        if outcome is HintOutcome.PUBLISHED and not enqueued:
+            outcome = HintOutcome.BROKER_DOWN  # failed, or no answer in time
         redactions = int(record.get("redactions", 0))
         if redactions:
             self._count_redactions(redactions)
@@ -113,6 +137,7 @@ class Host:
             status=CaptureStatus.CAPTURED,
             batch_id=record["batch_id"],
             enqueued=enqueued,
+            hint=outcome,
             redactions=redactions,
         )
 
@@ -155,29 +180,46 @@ class Host:
             return False
         return self._publish(DELIVER_TASK, [conversation_id])
 
-    def _hint_soon(self, conversation_id: str, key: str, marks: bool = True) -> Future[bool] | bool:
+    def _hint_soon(
+        self,
+        conversation_id: str,
+        key: str,
+        marks: bool = True,
+        said: list[HintOutcome] | None = None,
+    ) -> Future[bool] | bool:
         """Start publishing a delivery hint on a hint thread. True when a hint already waiting
-        will see the line just written (nothing to publish), False when none is to be sent.
+        will see the line just written (nothing to publish), False when none is to be sent;
+        what was decided is appended to ``said``.
 
         ``marks`` False (the PostgreSQL store): hint marks are one machine's files, and the
         worker that takes a mark may run on another machine, so every capture publishes.
         """
+        tell = (said if said is not None else []).append
         if self._closed or self.deployment.api_key() is None:
+            tell(HintOutcome.NO_KEY)
             return False
         if not marks:
             if time.monotonic() < self._broker_down_until:
+                tell(HintOutcome.BROKER_DOWN)
                 return False
             self._begin_publish()  # counted now, so close() waits for it
+            tell(HintOutcome.PUBLISHED)
             return self._hints.submit(lambda: self._send(DELIVER_TASK, [conversation_id]))
         if not self._hinting:  # the outbox relay publishes, unless a hint already waits
             if hint_marks.claim(self.deployment.layout, key):
                 hint_marks.request_relay(self.deployment.layout, key, conversation_id)
+                tell(HintOutcome.RELAY)
+            else:
+                tell(HintOutcome.WAITING)
             return False
         if time.monotonic() < self._broker_down_until:
+            tell(HintOutcome.BROKER_DOWN)
             return False
         if not hint_marks.claim(self.deployment.layout, key):
+            tell(HintOutcome.WAITING)
             return True
         self._begin_publish()  # counted now, so close() waits for it
+        tell(HintOutcome.PUBLISHED)
         return self._hints.submit(lambda: self._send_hint(conversation_id, key))
 
     def _send_hint(self, conversation_id: str, key: str) -> bool:

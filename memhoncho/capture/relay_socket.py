@@ -7,8 +7,14 @@ mode 0600, removed when it exits). The command connects, sends its request, prin
 answer and exits with its code; the relay answers a capture only after ``Host.capture``
 returned, so the record is fsynced as in-process.
 
+The relay answers only for its own deployment: the header carries the config directory the
+command resolved and ``settings_digest``, a hash of everything the command's effective settings
+come from (the settings and secrets files' bytes, the ``MEMHONCHO_*`` environment, both
+folders, memhoncho's version), computed without pydantic; a relay whose own digest differs
+declines, and the command captures under its own settings in its own process.
+
 The wire: one request per connection. The client sends a header line (JSON: ``op``, the config
-directory it resolved, so a relay of another configuration is not used, and the op's options),
+directory it resolved, its settings digest, and the op's options),
 then the body (a capture's raw run; nothing for status), then shuts its side down. The relay
 answers one JSON object ``{"exit", "stdout", "stderr"}``: exactly what the command would have
 printed, and its exit code; then closes. An exit code below 0 declines the request (another
@@ -25,6 +31,7 @@ half imports the rest when a relay starts it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -60,6 +67,42 @@ _OPTIONS = {
 _GLOBAL_OPTIONS = ("--config-dir", "--data-dir", "--log-format")
 
 
+#: ``MEMHONCHO_*`` variables that change nothing a capture or status answer holds (the folders
+#: are hashed resolved; log lines are not in an answer; faults and test places are for tests)
+_NOT_SETTINGS = ("MEMHONCHO_CONFIG_DIR", "MEMHONCHO_DATA_DIR", "MEMHONCHO_LOG_FORMAT")
+_NOT_SETTINGS_PREFIXES = ("MEMHONCHO_FAULT_", "MEMHONCHO_TEST_", "MEMHONCHO_BENCH_")
+_SETTINGS_FILES = (os.path.join("settings", "memhoncho.json"), "secrets.json")
+
+
+def settings_digest(config: str, data: str, environ: Mapping[str, str] | None = None) -> str:
+    """A hash of what a process's effective settings come from, cheap enough for the fast
+    path: the config and data folders (absolute), the bytes of the settings and secrets files,
+    every ``MEMHONCHO_*`` variable that can be a setting, and memhoncho's version. Two
+    processes with one digest read the same settings; any difference (even one that changes
+    nothing) only sends the command to its own process."""
+    from memhoncho import __version__
+
+    digest = hashlib.sha256(f"{__version__}\0{os.path.abspath(config)}\0".encode())
+    digest.update(f"{os.path.abspath(data)}\0".encode())
+    for name in _SETTINGS_FILES:
+        try:
+            with open(os.path.join(config, name), "rb") as handle:
+                digest.update(b"file\0" + handle.read() + b"\0")
+        except FileNotFoundError:
+            digest.update(b"absent\0")
+        except OSError as exc:
+            digest.update(f"unreadable {exc.errno}\0".encode())
+    env = os.environ if environ is None else environ
+    for name in sorted(env):
+        if (
+            name.startswith("MEMHONCHO_")
+            and name not in _NOT_SETTINGS
+            and not name.startswith(_NOT_SETTINGS_PREFIXES)
+        ):
+            digest.update(f"{name}={env[name]}\0".encode())
+    return digest.hexdigest()
+
+
 # ---- the client: the commands' fast path -------------------------------------------------
 
 
@@ -88,8 +131,9 @@ def fast_path(argv: list[str]) -> int | None:
             return None  # the full parser refuses it
         header.update(json="--json" in flags, max_age_s=max_age, **terminal())
     config = dirs.config_dir(options.get("--config-dir"))
-    path = dirs.relay_socket(dirs.data_dir(options.get("--data-dir")))
-    answer = request(path, config, header, body)
+    data = dirs.data_dir(options.get("--data-dir"))
+    header["settings_digest"] = settings_digest(config, data)
+    answer = request(dirs.relay_socket(data), config, header, body)
     if answer is None:
         if command == CAPTURE:
             _stdin_cache[:] = [body]  # the fallback reads the run from here, not an emptied stdin
@@ -212,6 +256,9 @@ class RelaySocketServer:
     ) -> None:
         self.path = dirs.relay_socket(data_dir)
         self.config_dir = os.path.abspath(config_dir)
+        self.data_dir = data_dir
+        #: requests declined because the caller's settings were not this relay's
+        self.declined_other_settings = 0
         self.handlers = handlers
         self._sock: socket.socket | None = None
         self._thread: Any = None
@@ -291,8 +338,13 @@ class RelaySocketServer:
                 handler = self.handlers.get(header.get("op"))
                 if len(data) > MAX_REQUEST_BYTES or handler is None:
                     answer: Answer = (DECLINED, "", "")  # the command runs it itself
-                elif header.get("config_dir") != self.config_dir:
-                    answer = (DECLINED, "", "")  # another configuration: not this relay's
+                elif header.get("config_dir") != self.config_dir or header.get(
+                    "settings_digest"
+                ) != settings_digest(self.config_dir, self.data_dir):
+                    # Another configuration, or other settings (an environment variable, a
+                    # file changed since): not this relay's to answer.
+                    self.declined_other_settings += 1
+                    answer = (DECLINED, "", "")
                 else:
                     fault(KILL_BEFORE_CAPTURE)
                     answer = handler(header, body)

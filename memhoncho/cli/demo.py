@@ -15,6 +15,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -34,7 +35,6 @@ POLL_S = 0.1  # seconds between checks while waiting
 DEMO_WORKSPACE = "memhoncho-demo"
 DEMO_KEY = "demo-key"  # the stand-in accepts any key
 PARENT = "demo-conversation"
-CHILD = "demo-conversation-fork"
 OWNER = "ana@example.com"
 LONG_TEXT_CHARS = 30_000  # longer than Honcho's 25,000-character limit: split into two parts
 
@@ -51,6 +51,12 @@ class Demo:
     out: Callable[[str], None] = print
     stack: ExitStack = field(default_factory=ExitStack)
     started: float = field(default_factory=time.monotonic)
+    #: this run's conversations: a kept data dir can hold any number of demos (run it twice)
+    parent: str = field(default_factory=lambda: f"{PARENT}-{uuid.uuid4().hex[:8]}")
+
+    @property
+    def child(self) -> str:
+        return f"{self.parent}-fork"
 
     # ---- presentation -------------------------------------------------------------------
 
@@ -152,7 +158,7 @@ class Demo:
         user_peer = ids.peer_id(OWNER)
         with self.step(f"capturing {len(runs)} runs (one unanswered, one long text)"):
             for run in runs:
-                result = host.capture({"conversation_id": PARENT, "owner": OWNER, **run})
+                result = host.capture({"conversation_id": self.parent, "owner": OWNER, **run})
                 if result.status != "captured":
                     raise DemoFailed(f"capture answered {result.status}")
                 for item in run["inputs"]:
@@ -160,7 +166,7 @@ class Demo:
                 if run["outcome"]["status"] == "answered":
                     text = run["outcome"]["answer"]["content"][0]["text"]
                     expected.append(("agent", text))
-            again = host.capture({"conversation_id": PARENT, "owner": OWNER, **runs[0]})
+            again = host.capture({"conversation_id": self.parent, "owner": OWNER, **runs[0]})
             if again.status != "duplicate":
                 raise DemoFailed("capturing the same run twice was not recognised")
             self.say(
@@ -172,9 +178,9 @@ class Demo:
 
     def _fork_and_capture(self, host: Host, expected: list[tuple[str, str]]) -> None:
         with self.step("forking the conversation at entry 6 and continuing the fork"):
-            host.conversation_forked(PARENT, CHILD, 6)
+            host.conversation_forked(self.parent, self.child, 6)
             run = _run(9, "In the fork: what about swimming instead?", "Swimming is easy on knees.")
-            result = host.capture({"conversation_id": CHILD, "owner": OWNER, **run})
+            result = host.capture({"conversation_id": self.child, "owner": OWNER, **run})
             if result.status != "captured":
                 raise DemoFailed(f"capture in the fork answered {result.status}")
         # The parent's messages at or before the fork point (entries 1..6: five messages).
@@ -185,7 +191,7 @@ class Demo:
 
     def _wait_delivered(self, expected: list[tuple[str, str]]) -> None:
         client = adapter.read_client(self.deployment.honcho_target())
-        parent_session = ids.session_id(DEMO_WORKSPACE, PARENT)
+        parent_session = ids.session_id(DEMO_WORKSPACE, self.parent)
         with self.step("waiting for the workers to deliver everything to Honcho"):
             deadline = time.monotonic() + DELIVERY_TIMEOUT_S
             while True:
@@ -200,7 +206,7 @@ class Demo:
             self.say(f"  parent: {len(got)} messages in Honcho, in capture order, each once")
             child_session = None
             while time.monotonic() < deadline:
-                ledger = _ledger(self.deployment, CHILD)
+                ledger = _ledger(self.deployment, self.child)
                 child_session = ledger.get("session_id") if ledger else None
                 if child_session and len(_messages(client, child_session)) >= len(
                     self.child_expected
@@ -224,17 +230,17 @@ class Demo:
                 {"content": "Ana is training for an April marathon and has a sore knee."},
                 owner=OWNER,
             )
-            cache = self.deployment.layout.cache(ids.conversation_key(PARENT))
+            cache = self.deployment.layout.cache(ids.conversation_key(self.parent))
             before = cache.stat().st_mtime_ns if cache.exists() else 0
-            host.conversation_idle(PARENT)
+            host.conversation_idle(self.parent)
             deadline = time.monotonic() + DELIVERY_TIMEOUT_S
             while time.monotonic() < deadline:
                 if cache.exists() and cache.stat().st_mtime_ns != before:
-                    sections = host.sections(PARENT)
+                    sections = host.sections(self.parent)
                     if "marathon" in json.dumps(_jsonable(sections)):
                         break
                 time.sleep(POLL_S)
-            sections = _jsonable(host.sections(PARENT))
+            sections = _jsonable(host.sections(self.parent))
             if "marathon" not in json.dumps(sections):
                 raise DemoFailed("the prompt sections do not show the remembered fact")
             self.say(
@@ -254,7 +260,7 @@ class Demo:
                 ("honcho_chat", {"query": "What is Ana training for?"}),
                 (
                     "honcho_remember",
-                    {"content": "Ana prefers morning runs.", "conversation_id": PARENT},
+                    {"content": "Ana prefers morning runs.", "conversation_id": self.parent},
                 ),
             ):
                 result = host.call_tool(name, arguments, owner=OWNER)
@@ -326,7 +332,7 @@ def main(data_dir: str | None, honcho_url: str | None, honcho_key: str | None) -
     owned = data_dir is None
     root = Path(tempfile.mkdtemp(prefix="memhoncho-demo-")) if owned else Path(data_dir or ".")
     demo = Demo(root, honcho_url=honcho_url, honcho_key=honcho_key)
-    demo.say(f"memhoncho demo in {root}")
+    demo.say(f"memhoncho demo in {root}: conversation {demo.parent} (and its fork)")
     try:
         demo.run()
     except DemoFailed as exc:

@@ -14,8 +14,8 @@ from typing import Any
 
 from memhoncho import results
 from memhoncho import settings as settings_module
-from memhoncho.deployment import Deployment
-from memhoncho.errors import MemhonchoError
+from memhoncho.deployment import Deployment, require_initialised
+from memhoncho.errors import ConfigError, MemhonchoError
 from memhoncho.worker import routing
 
 INSPECT_TIMEOUT_S = 2.0  # seconds workers have to answer ``inspect active_queues``
@@ -40,23 +40,10 @@ class Check:
 
 
 def check_settings(deployment: Deployment) -> Check:
-    unreadable = settings_module.problems(deployment.config_dir)
-    if unreadable:
-        return Check(
-            "settings",
-            FAIL,
-            "; ".join(unreadable) + " (such a file is ignored: its values take their defaults)",
-            "fix the file so that it holds one JSON object, or remove it",
-        )
-    bad = settings_module.invalid_keys(deployment.config_dir)
-    if bad:
-        return Check(
-            "settings",
-            FAIL,
-            f"invalid settings (using their defaults): {', '.join(bad)}",
-            f"fix these keys in {deployment.config_dir / settings_module.SETTINGS_FILE} "
-            "or their MEMHONCHO_<KEY> variables",
-        )
+    try:
+        deployment.settings()
+    except ConfigError as exc:
+        return Check("settings", FAIL, exc.message, "fix it: nothing runs under these settings")
     return Check("settings", PASS, "every setting is valid")
 
 
@@ -73,6 +60,12 @@ def check_key(deployment: Deployment) -> Check:
 
 
 def check_data_dir(deployment: Deployment) -> Check:
+    try:  # a mistyped folder is reported, never created
+        found = require_initialised(deployment.data_dir)
+    except ConfigError as exc:
+        return Check(
+            "data_dir", FAIL, exc.message, "give the deployment's --data-dir, or memhoncho init"
+        )
     probe_dir = deployment.layout.root / "state"
     probe = probe_dir / f".doctor-{os.getpid()}.probe"
     try:
@@ -98,7 +91,32 @@ def check_data_dir(deployment: Deployment) -> Check:
             "give every memhoncho process write access to the data dir, on a local disk "
             "or a volume that honours fsync",
         )
-    return Check("data_dir", PASS, f"{deployment.data_dir} is writable and fsync works")
+    return Check(
+        "data_dir",
+        PASS,
+        f"{deployment.data_dir} (deployment {found['deployment_id']}) is writable and fsync works",
+    )
+
+
+def check_relay(deployment: Deployment) -> Check:
+    """An outbox relay beside the workers: without one, ``memhoncho capture``'s records wait
+    for the sweep (``sweep_interval_s``)."""
+    from memhoncho.capture.relay import HEARTBEAT_STALE_S
+
+    beats = deployment.layout.relay_heartbeat("x").parent
+    try:
+        ages = [time.time() - p.stat().st_mtime for p in beats.glob("relay-*")]
+    except OSError:
+        ages = []
+    if any(age <= HEARTBEAT_STALE_S for age in ages):
+        return Check("relay", PASS, "an outbox relay is running on this data directory")
+    return Check(
+        "relay",
+        WARN,
+        "no outbox relay is running: records of `memhoncho capture` wait for the sweep"
+        f" (up to {deployment.settings().sweep_interval_s:.0f} s)",
+        "run `memhoncho relay` beside the workers (`memhoncho run` starts one)",
+    )
 
 
 def check_store(deployment: Deployment) -> Check:
@@ -133,9 +151,40 @@ def check_broker(deployment: Deployment, app: Any) -> Check:
             "broker",
             FAIL,
             f"the broker is unreachable ({type(exc).__name__})",
-            "start the broker (Redis) or fix broker_url; captures wait on disk meanwhile",
+            f"start the broker ({_broker_name(app.conf.broker_url)}) or fix broker_url;"
+            " captures wait on disk meanwhile",
         )
     return Check("broker", PASS, f"the {app.conf.broker_url.split(':', 1)[0]} broker answers")
+
+
+def _broker_name(url: str) -> str:
+    scheme = str(url).split(":", 1)[0]
+    return {"redis": "Redis", "rediss": "Redis", "amqp": "RabbitMQ", "pyamqp": "RabbitMQ"}.get(
+        scheme, scheme
+    )
+
+
+def _results_place(deployment: Deployment) -> str:
+    """Where beat heartbeats are kept (``results.store_for``), in the words of its engine."""
+    current = deployment.settings()
+    if current.store_url:
+        return "the store's PostgreSQL"
+    if current.broker_url and routing.is_redis(current.broker_url):
+        return "the broker (Redis)"
+    return f"the data directory {deployment.data_dir}"
+
+
+def _serves(deployment: Deployment, conf: dict[str, Any]) -> str | None:
+    """Why a worker (its ``inspect conf``) serves another deployment than this one, or None."""
+    theirs = conf.get("memhoncho_deployment")
+    if not isinstance(theirs, dict):
+        return None  # a worker of an older memhoncho: nothing to compare
+    ours = deployment.fingerprint()
+    if theirs.get("store") != ours["store"]:
+        return f"store {theirs.get('store')}"
+    if ours["store"] == "files" and theirs.get("data_dir") != ours["data_dir"]:
+        return f"data directory {theirs.get('data_dir')}"
+    return None
 
 
 def check_workers(deployment: Deployment, app: Any) -> Check:
@@ -153,6 +202,21 @@ def check_workers(deployment: Deployment, app: Any) -> Check:
             FAIL,
             f"workers could not be asked ({type(exc).__name__})",
             "make the broker reachable, then start workers",
+        )
+    try:
+        confs = app.control.inspect(timeout=INSPECT_TIMEOUT_S).conf(with_defaults=False) or {}
+    except Exception:
+        confs = {}
+    strangers = {
+        name: why for name, conf in confs.items() if (why := _serves(deployment, conf or {}))
+    }
+    if strangers:
+        listed = "; ".join(f"{name} serves {why}" for name, why in sorted(strangers.items()))
+        return Check(
+            "workers",
+            FAIL,
+            f"workers on this broker serve another deployment: {listed}",
+            "give every worker this deployment's data dir and store_url, or a broker of its own",
         )
     consumed = {q["name"] for queues in replies.values() for q in queues or []}
     missing = [q for q in wanted if q not in consumed]
@@ -182,7 +246,7 @@ def check_beat(deployment: Deployment) -> Check:
             "beat",
             FAIL,
             f"beat heartbeats cannot be read ({type(exc).__name__})",
-            "make the broker (Redis) reachable",
+            f"make {_results_place(deployment)} reachable",
         )
     if len(beats) == 1:
         return Check("beat", PASS, "exactly one beat is running")
@@ -223,13 +287,18 @@ def check_honcho(deployment: Deployment) -> Check:
 def run_checks(deployment: Deployment) -> list[Check]:
     checks: list[Check] = []
     steps: list[Callable[[], Check]] = [
-        lambda: check_settings(deployment),
         lambda: check_key(deployment),
         lambda: check_data_dir(deployment),
         lambda: check_store(deployment),
+        lambda: check_relay(deployment),
     ]
+    checks.append(check_settings(deployment))
+    if checks[0].verdict == FAIL:  # every other check reads the settings
+        return checks
     for step in steps:
         checks.append(step())
+        if checks[-1].name == "data_dir" and checks[-1].verdict == FAIL:
+            return checks  # the rest would create files in a folder that is not memhoncho's
     try:
         app = _app(deployment)
     except Exception as exc:

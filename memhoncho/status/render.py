@@ -52,7 +52,7 @@ def rows(view: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows.append(("status", "sources", view.get("sources", "?")))
     rows.append(("status", "read_at", _when(view.get("generated_at"))))
     config = view.get("config", {})
-    for name in ("configured", "honcho_host", "workspace", "broker", "partitions"):
+    for name in ("configured", "honcho_host", "workspace", "broker", "partitions", "relay"):
         rows.append(("config", name, _fig(config.get(name))))
     last = view.get("last_delivery", {})
     rows.append(("delivery", "last_delivery_at", _when(last.get("at"))))

@@ -74,7 +74,23 @@ def config_summary(deployment: Deployment, current: Settings) -> dict[str, Any]:
         broker=broker_kind(current),
         partitions=current.partitions,
         store=store_kind(current),
+        relay=relay_state(deployment),
     )
+
+
+#: seconds: a relay heartbeat older than this is a relay gone (``capture.relay``'s own figure;
+#: status sits below capture, so it is repeated here and a test keeps the two equal)
+RELAY_STALE_S = 60.0
+
+
+def relay_state(deployment: Deployment) -> str:
+    """running, or absent: then ``memhoncho capture``'s records wait for the sweep."""
+    beats = deployment.layout.relay_heartbeat("-").parent
+    try:
+        newest = max((p.stat().st_mtime for p in beats.glob("relay-*")), default=0.0)
+    except OSError:
+        newest = 0.0
+    return "running" if time.time() - newest <= RELAY_STALE_S else "absent"
 
 
 def store_kind(current: Settings) -> str:
@@ -221,7 +237,7 @@ def queues_bucket(deployment: Deployment, current: Settings) -> dict[str, Any]:
         elif kind == "embedded":
             depths = _filesystem_depths(deployment.layout.broker_dir / "queue", names)
         else:
-            return _bucket([f"queue depths are not read from a {kind} broker"], depths=None)
+            return _bucket(["queue depths are read from Redis only (not RabbitMQ)"], depths=None)
     except FileNotFoundError:
         return _bucket(["the embedded broker's queue folder does not exist yet"], depths=None)
     except Exception as exc:
@@ -268,8 +284,8 @@ class StatusReader:
         deployment = self.deployment
         try:
             current = deployment.settings()
-        except Exception as exc:
-            reason = f"settings unreadable ({type(exc).__name__})"
+        except Exception as exc:  # ConfigError names the file, key and reason
+            reason = getattr(exc, "message", None) or f"settings unreadable ({type(exc).__name__})"
             return {
                 "health": {"verdict": health.DEGRADED, "reasons": [reason]},
                 "sources": DEGRADED,

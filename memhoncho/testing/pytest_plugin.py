@@ -52,8 +52,11 @@ def config_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
+    """An initialised data directory (``memhoncho init``): commands refuse one that is not."""
+    from memhoncho.deployment import initialise
+
     path = tmp_path / "data"
-    path.mkdir(exist_ok=True)
+    initialise(path)
     return path
 
 

@@ -30,6 +30,9 @@ class RelayProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> RelayProcess:
+        from memhoncho.deployment import initialise
+
+        initialise(self.data_dir)  # as `memhoncho init` does: the relay refuses a new folder
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "memhoncho", "--config-dir", str(self.config_dir)]
             + ["--data-dir", str(self.data_dir), "relay"],

@@ -384,13 +384,14 @@ def render(report: AuditReport) -> str:
         for oid in a.unrecorded:
             lines.append(f"  unrecorded {oid}: held by Honcho, pending in the ledger")
     totals = report.totals()
+    wrong, listed, held = totals["wrong"], totals["conversations"], totals["held"]
     verdict = (
         "every delivered message is in Honcho once, in capture order"
         if report.ok
-        else f"{totals['wrong']} conversations are wrong"
+        else f"{wrong} conversation{' is' if wrong == 1 else 's are'} wrong"
     )
     lines.append(
-        f"audited {totals['conversations']} conversations ({totals['held']} messages in Honcho)"
-        f" in {report.duration_s:.1f}s: {verdict}"
+        f"audited {listed} conversation{'s' * (listed != 1)} ({held} message{'s' * (held != 1)}"
+        f" in Honcho) in {report.duration_s:.1f}s: {verdict}"
     )
     return "\n".join(lines)

@@ -121,6 +121,7 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
         beat_schedule=beat_schedule(current),
         memhoncho_config_dir=str(deployment.config_dir),
         memhoncho_data_dir=str(deployment.data_dir),
+        memhoncho_deployment=deployment.fingerprint(),  # doctor finds workers of another one
     )
     if role == "host":
         celery.conf.update(

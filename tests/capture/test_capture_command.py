@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from memhoncho import ids
-from memhoncho.cli import EXIT_NOT_NOW, EXIT_REFUSED
+from memhoncho.cli.exits import EXIT_NOT_NOW, EXIT_REFUSED
 from memhoncho.store import hint_marks
 from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import Outbox
@@ -125,6 +125,7 @@ def test_a_run_that_deselects_memhoncho_writes_nothing_and_exits_0(
         "status": "not-selected",
         "batch_id": None,
         "enqueued": False,
+        "hint": "none",
         "redactions": 0,
     }
     assert not (data_dir / "data" / "outbox" / "conv-1.jsonl").exists()

@@ -18,6 +18,7 @@ import pytest
 
 from memhoncho import dirs, ids
 from memhoncho.capture.relay_socket import FAULT_ENV, KILL_BEFORE_ANSWER, KILL_BEFORE_CAPTURE
+from memhoncho.deployment import initialise
 from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing.config import write_settings
@@ -94,6 +95,7 @@ def test_every_answer_and_exit_code_through_the_relay_is_the_in_process_one(
     config = short_root / "config"
     write_settings(config, max_pending_batches=1, max_batch_bytes=1024)
     through, alone = short_root / "through", short_root / "alone"
+    initialise(alone)  # the relay initialises its own
     with RelayProcess(config, through):
         answers = [capture(config, through, step) for step in _steps()]
     expected = [capture(config, alone, step) for step in _steps()]

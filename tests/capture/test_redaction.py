@@ -113,16 +113,17 @@ def _all_bytes(root: Path) -> bytes:
     return b"".join(p.read_bytes() for p in root.rglob("*") if p.is_file())
 
 
-def test_a_bad_pattern_setting_is_named_and_capture_still_redacts_the_defaults(
+def test_a_bad_pattern_setting_is_refused_by_name_and_nothing_is_captured(
     config_dir: Path, data_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     write_settings(config_dir, redact_patterns=["(unclosed"])
     assert invalid_keys(config_dir) == ["redact_patterns"]
-    with Host(config_dir=config_dir, data_dir=data_dir) as host:
-        result = host.capture(_run(f"my key is {PLANTED['openai']}"))
-    assert result.status == "captured" and result.redactions == 2
-    assert PLANTED["openai"].encode() not in _all_bytes(data_dir)
-    assert "(unclosed" not in caplog.text
+    before = sorted(p.relative_to(data_dir) for p in data_dir.rglob("*"))
+    with pytest.raises(ConfigError) as refused:
+        Host(config_dir=config_dir, data_dir=data_dir)
+    assert "redact_patterns" in refused.value.message
+    assert "(unclosed" not in refused.value.message + caplog.text
+    assert sorted(p.relative_to(data_dir) for p in data_dir.rglob("*")) == before
 
 
 def test_a_pattern_from_the_environment_is_a_json_list(

@@ -1,4 +1,4 @@
-"""Settings and the API key are read live; a bad value is refused by name and takes its default."""
+"""Settings and the API key are read live; a bad value is refused by name (ERR_CONFIG)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from memhoncho import settings
 from memhoncho.deployment import Deployment
+from memhoncho.errors import ConfigError
 from memhoncho.testing.config import write_settings
 
 SECRET = "sk-very-secret-value-0123456789"
@@ -55,9 +56,7 @@ def test_a_changed_settings_file_applies_at_the_next_call_without_restart(
     assert deployment.settings().search_limit == 8
 
 
-def test_an_invalid_value_is_refused_by_key_name_with_a_warning_and_takes_its_default(
-    config_dir: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_invalid_values_are_refused_by_key_name_and_nothing_is_loaded(config_dir: Path) -> None:
     write_settings(
         config_dir,
         search_limit=0,
@@ -65,34 +64,37 @@ def test_an_invalid_value_is_refused_by_key_name_with_a_warning_and_takes_its_de
         context_tokens=900,
         workspace_id=SECRET + "/",
     )
-    with caplog.at_level(logging.WARNING, logger="memhoncho.settings"):
-        current = settings.load(config_dir)
-    assert current.search_limit == 8
-    assert current.partitions == 8
-    assert current.workspace_id == "memhoncho"
-    assert current.context_tokens == 900  # the valid key still applies
-    warned = " ".join(record.getMessage() for record in caplog.records)
+    with pytest.raises(ConfigError) as refused:
+        settings.load(config_dir)
+    message = refused.value.message
     for name in ("search_limit", "partitions", "workspace_id"):
-        assert name in warned
-    assert "context_tokens" not in warned
-    assert SECRET not in caplog.text
+        assert name in message
+    assert "context_tokens" not in message  # the valid key is not named
+    assert str(config_dir / settings.SETTINGS_FILE) in message
+    assert SECRET not in message
+    assert refused.value.details["keys"] == ["partitions", "search_limit", "workspace_id"]
 
 
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", '"text"', ""])
-def test_a_settings_file_that_is_not_a_json_object_gives_defaults_with_a_warning(
-    config_dir: Path, caplog: pytest.LogCaptureFixture, content: str
+def test_a_settings_file_that_is_not_a_json_object_is_refused_naming_the_file(
+    config_dir: Path, content: str
 ) -> None:
     path = config_dir / settings.SETTINGS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(content, encoding="utf-8")
-    with caplog.at_level(logging.WARNING, logger="memhoncho.settings"):
-        assert settings.load(config_dir) == settings.DEFAULTS
-    assert caplog.records
+    with pytest.raises(ConfigError) as refused:
+        settings.load(config_dir)
+    assert str(path) in refused.value.message
+    assert refused.value.details["file"] == str(path)
 
 
-def test_unknown_keys_are_ignored(config_dir: Path) -> None:
-    write_settings(config_dir, no_such_setting=1, search_limit=4)
-    assert settings.load(config_dir).search_limit == 4
+def test_an_unknown_key_is_refused_with_the_nearest_known_one(config_dir: Path) -> None:
+    write_settings(config_dir, brokr_url="redis://127.0.0.1/0", search_limit=4)
+    with pytest.raises(ConfigError) as refused:
+        settings.load(config_dir)
+    assert "unknown key 'brokr_url' (did you mean 'broker_url'?)" in refused.value.message
+    write_settings(config_dir, search_limit=4)
+    assert settings.load(config_dir).search_limit == 4  # fixed: applies at the next call
 
 
 def test_an_environment_variable_overrides_the_file(
@@ -105,13 +107,19 @@ def test_an_environment_variable_overrides_the_file(
     assert current.partitions == 4
 
 
-def test_an_invalid_environment_value_is_refused_by_name_and_takes_the_default(
-    config_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_an_invalid_environment_value_is_refused_naming_the_variable(
+    config_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    write_settings(config_dir, partitions=4)
     monkeypatch.setenv("MEMHONCHO_PARTITIONS", "0")
-    with caplog.at_level(logging.WARNING, logger="memhoncho.settings"):
-        assert settings.load(config_dir).partitions == 8
-    assert "partitions" in caplog.text
+    with pytest.raises(ConfigError) as refused:
+        settings.load(config_dir)
+    assert refused.value.details == {
+        "variable": "MEMHONCHO_PARTITIONS",
+        "key": "partitions",
+        "reason": "input should be greater than or equal to 1",
+        "keys": ["partitions"],
+    }
 
 
 def test_the_stored_secret_comes_first_then_the_environment(
@@ -152,8 +160,10 @@ def test_a_corrupt_secrets_file_warns_without_showing_its_content(
     (config_dir / settings.SECRETS_FILE).write_text('{"api-key": "' + SECRET, encoding="utf-8")
     with caplog.at_level(logging.WARNING, logger="memhoncho.settings"):
         assert settings.api_key(config_dir) is None
-    assert caplog.records
-    assert SECRET not in caplog.text
+    with pytest.raises(ConfigError) as refused:
+        settings.load(config_dir)
+    assert "secrets.json is not valid JSON" in refused.value.message
+    assert SECRET not in refused.value.message + caplog.text
 
 
 def test_dirs_come_from_the_environment_when_not_given(
@@ -185,8 +195,8 @@ def test_an_unchanged_settings_file_is_not_read_again(
     assert settings.load(config_dir).search_limit == 3
     assert settings.api_key(config_dir) == "k"
     reads: list[Path] = []
-    real = settings._read_json_object
-    monkeypatch.setattr(settings, "_read_json_object", lambda p: reads.append(p) or real(p))
+    real = settings.files.read_json_object
+    monkeypatch.setattr(settings.files, "read_json_object", lambda p: reads.append(p) or real(p))
     for _ in range(5):
         assert settings.load(config_dir).search_limit == 3
         assert settings.api_key(config_dir) == "k"

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from memhoncho import cli, logs
+from memhoncho.cli import parser as cli_parser
+from memhoncho.deployment import initialise
 
 
 def _record(name: str = "memhoncho.delivery.engine", **extra: object) -> logging.LogRecord:
@@ -76,7 +78,7 @@ def test_wrapping_a_handler_twice_keeps_one_fields_formatter(
 
 
 def test_the_cli_prints_warnings_with_their_fields(
-    config_dir: Path, capsys: pytest.CaptureFixture[str]
+    config_dir: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli.main(["--log-format", "text", "status", "--json"]) == 0
     capsys.readouterr()
@@ -88,7 +90,7 @@ def test_the_cli_prints_warnings_with_their_fields(
 
 
 def test_the_log_format_setting_gives_json_lines_in_the_cli(
-    config_dir: Path, capsys: pytest.CaptureFixture[str]
+    config_dir: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (config_dir / "settings").mkdir(parents=True, exist_ok=True)
     (config_dir / "settings" / "memhoncho.json").write_text('{"log_format": "json"}')
@@ -114,6 +116,7 @@ def test_global_options_work_before_or_after_the_subcommand(
     (config / "settings").mkdir(parents=True)
     (config / "settings" / "memhoncho.json").write_text('{"workspace_id": "ws_elsewhere"}')
     (config / "secrets.json").write_text('{"api-key": "k"}')
+    initialise(data)
     args = [a.format(c=config, d=data) for a in argv]
     assert cli.main(args) == 0
     view = json.loads(capsys.readouterr().out)
@@ -121,7 +124,7 @@ def test_global_options_work_before_or_after_the_subcommand(
 
 
 def test_an_option_before_the_subcommand_is_not_reset_by_the_subcommand() -> None:
-    parsed = cli._build_parser().parse_args(["--data-dir", "/d", "--log-format", "json", "doctor"])
+    parsed = cli_parser.build().parse_args(["--data-dir", "/d", "--log-format", "json", "doctor"])
     assert (parsed.data_dir, parsed.log_format, parsed.config_dir) == ("/d", "json", None)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from memhoncho.deployment import initialise
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.runs import run_event
 
@@ -64,6 +65,7 @@ def test_the_capture_command_loads_none_of_them_even_with_a_broker_configured(
     config = tmp_path / "config"
     write_settings(config, broker_url="redis://127.0.0.1:9/0")  # nothing listens there
     write_api_key(config, "sk-lazy")
+    initialise(tmp_path / "data")
     run = tmp_path / "run.json"
     run.write_text(json.dumps(run_event("c1", 0)))
     argv = ["--config-dir", str(config), "--data-dir", str(tmp_path / "data"), "capture"]

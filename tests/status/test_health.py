@@ -12,6 +12,7 @@ import pytest
 from memhoncho import cli, ids, settings
 from memhoncho.cli import doctor
 from memhoncho.deployment import Deployment
+from memhoncho.errors import ConfigError
 from memhoncho.results import ErrorSummary
 from memhoncho.results.file_store import FileResults
 from memhoncho.status import health, render
@@ -188,7 +189,8 @@ def test_a_settings_file_that_is_not_json_is_a_problem_naming_the_file_and_reaso
 ) -> None:
     path = _settings_file(config_dir)
     path.write_text('{"base_url": "http://honcho:8000",')
-    assert settings.load(config_dir).base_url == settings.DEFAULTS.base_url  # live read unchanged
+    with pytest.raises(ConfigError):  # nothing runs under a file that was not read
+        settings.load(config_dir)
     (problem,) = settings.problems(config_dir)
     assert str(path) in problem and "is not valid JSON" in problem and "line 1" in problem
     path.write_text('{"base_url": "http://honcho:8000"}')
@@ -215,14 +217,16 @@ def test_doctor_fails_an_unreadable_settings_file_and_status_degrades_config(
     check = doctor.check_settings(deployment)
     assert check.verdict == "fail"
     assert "memhoncho.json is not valid JSON" in check.detail and check.action
+    assert [c.name for c in doctor.run_checks(deployment)] == ["settings"]  # the rest read it
     view = status_view(deployment)
-    assert view["config"]["state"] == "degraded" and "config" in view["degraded"]
-    assert "memhoncho.json is not valid JSON" in view["config"]["reasons"][0]
-    assert "could not read: config" in " ".join(view["health"]["reasons"])
+    assert "config" in view["degraded"]
+    assert "memhoncho.json is not valid JSON" in view["reasons"][0]
+    assert view["health"]["verdict"] == "degraded"
+    _settings_file(config_dir).unlink()
     (config_dir / settings.SECRETS_FILE).write_text(json.dumps(["a list", SECRET]))
-    assert cli.main(["doctor", "--json"]) == 1
-    out = capsys.readouterr().out
-    found = {c["name"]: c for c in json.loads(out)}
-    assert found["settings"]["verdict"] == "fail"
-    assert "secrets.json is not a JSON object" in found["settings"]["detail"]
-    assert SECRET not in out
+    assert cli.main(["doctor", "--json"]) == 2  # ERR_CONFIG: refused, as by every command
+    captured = capsys.readouterr()
+    refusal = json.loads(captured.err)
+    assert refusal["code"] == "ERR_CONFIG"
+    assert "secrets.json is not a JSON object" in refusal["message"]
+    assert SECRET not in captured.out + captured.err

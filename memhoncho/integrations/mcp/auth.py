@@ -20,6 +20,7 @@ from pathlib import Path
 from memhoncho import ids
 from memhoncho import settings as settings_module
 from memhoncho.errors import ConfigError, InvalidId, MemhonchoError
+from memhoncho.settings.files import RACY_NS
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ class OwnerTokens:
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         with self._lock:
             # A stamp as new as the clock's grain may hide a second write: read again.
-            settled = stamp[3] < time.time_ns() - settings_module.RACY_NS
+            settled = stamp[3] < time.time_ns() - RACY_NS
             if self._read is not None and self._read.stamp == stamp and settled:
                 return self._read.owners
             try:

@@ -1,29 +1,36 @@
-"""Settings and the API key, read live at every use.
+"""Settings and the API key, read live at every use, strictly.
 
-Values come from ``<config_dir>/settings/memhoncho.json``, overridden by ``MEMHONCHO_<KEY>``
-environment variables. A changed file applies at the next call; an invalid value is refused
-by key name and falls back to its default with a warning, never a crash. The API key is the
-stored secret (``<config_dir>/secrets.json``, section ``api-key``) first, then
+Precedence, highest first: command-line flags (``--config-dir``, ``--data-dir``,
+``--log-format``), ``MEMHONCHO_<KEY>`` environment variables, ``<config_dir>/settings/
+memhoncho.json``, the defaults below. A changed file applies at the next call. A settings or
+secrets file that does not parse, an unknown key (the nearest known one is suggested), a value
+of the wrong type or range, or a URL of an unknown scheme is ``ConfigError`` naming the file or
+variable, the key and the reason: nothing runs under settings that were not read. The API key
+is the stored secret (``<config_dir>/secrets.json``, section ``api-key``) first, then
 ``MEMHONCHO_API_KEY``, then the file named by ``api_key_file`` (``MEMHONCHO_API_KEY_FILE``: a
 container secret such as ``/run/secrets/honcho_api_key``).
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
-import itertools
+import importlib.util
 import json
 import logging
 import os
-import time
-from dataclasses import dataclass
+import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from memhoncho import dirs
 from memhoncho.capture.redaction import check_pattern
+from memhoncho.settings import files
+from memhoncho.settings.files import RACY_S as RACY_S
+from memhoncho.settings.files import secret_file as secret_file
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +96,64 @@ class Settings(BaseModel):
             check_pattern(pattern)
         return value
 
+    @field_validator("broker_url", "store_url", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_scheme(cls, value: str | None) -> str | None:
+        return _url(value, BROKER_SCHEMES, "a Redis or RabbitMQ URL")
+
+    @field_validator("base_url")
+    @classmethod
+    def _honcho_scheme(cls, value: str) -> str:
+        return _url(value, ("http", "https"), "Honcho's http(s) URL") or value
+
+    @field_validator("store_url")
+    @classmethod
+    def _store_scheme(cls, value: str | None) -> str | None:
+        _url(value, STORE_SCHEMES, "unset (files) or a postgresql:// URL")
+        if value is not None and any(_missing(m) for m in POSTGRES_MODULES):
+            raise ValueError(
+                "a PostgreSQL store needs the postgres extra: pip install 'memhoncho[postgres]'"
+            )
+        return value
+
     log_format: str = Field("text", pattern=r"^(text|json)$")  # json: one JSON object a line
     #: where the durable state lives: unset means the data directory's files (one machine);
     #: ``postgresql://user@host/db`` means that database (many machines; README "Scaling")
     store_url: str | None = None  # checked by store.open_store: a bad one is an error
     #: seconds to connect to the store's database before a call fails with StoreUnavailable
     store_timeout_s: float = Field(2.0, gt=0, le=60)
+
+
+BROKER_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp")
+STORE_SCHEMES = ("postgresql", "postgres")
+POSTGRES_MODULES = ("psycopg", "psycopg_pool")  #: what the ``postgres`` extra installs
+#: settings whose value ``config show`` masks (URLs show all but their password)
+SECRET_KEYS = frozenset({"status_token"})
+
+
+def _missing(module: str) -> bool:
+    """Whether ``module`` cannot be imported (not installed, or blocked in ``sys.modules``)."""
+    if module in sys.modules:
+        return sys.modules[module] is None
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def _url(value: str | None, schemes: tuple[str, ...], wanted: str) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in schemes or not (parts.netloc or parts.path):
+        shown = f"{parts.scheme}://" if "://" in value else "no scheme"
+        raise ValueError(f"must be {wanted} ({', '.join(schemes)}), not {shown}")
+    return value
 
 
 DEFAULTS = Settings()
@@ -111,55 +170,6 @@ def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return Path(dirs.data_dir(explicit))
 
 
-RACY_S = 0.05  # seconds; a file changed this recently may change again within one mtime tick
-RACY_NS = int(RACY_S * 1e9)
-
-
-@dataclass(frozen=True)
-class _Read:
-    """One file's parsed content, and the stat it was read under."""
-
-    stamp: tuple[int, int, int, int]  # inode, size, mtime and ctime in ns
-    trusted: bool  # False while the file is too new to trust its stamp
-    generation: int  # bumps at every real read, so a derived cache knows it is stale
-    value: dict[str, Any]
-    problem: str | None = None  #: why the file cannot be used (it then reads as {})
-
-
-_reads: dict[Path, _Read] = {}
-_generations = itertools.count(1)
-_loaded: dict[Path, tuple[tuple[object, ...], Settings]] = {}
-
-
-def _read_json_cached(path: Path) -> _Read:
-    """The JSON object in ``path``, re-read only when its stat changes (so changes stay live).
-
-    Timestamps are coarse (one kernel tick), so a file whose ctime is within ``RACY_S`` of the
-    read is re-read next time too, as git does for its index: an in-place rewrite of the same
-    size within one tick is never missed.
-    """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return _MISSING
-    except OSError:
-        st = None
-    if st is not None:
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        cached = _reads.get(path)
-        if cached is not None and cached.trusted and cached.stamp == stamp:
-            return cached
-        read_at_ns = time.time_ns()
-    value, problem = _read_json_object(path)
-    if st is None:
-        return _Read((0, 0, 0, 0), False, next(_generations), value, problem)
-    trusted = stamp[3] < read_at_ns - int(RACY_S * 1e9)
-    fresh = _Read(stamp, trusted, next(_generations), value, problem)
-    _reads[path] = fresh
-    return fresh
-
-
-_MISSING = _Read((0, 0, 0, 0), True, 0, {})
 _paths: dict[str, tuple[Path, Path, Path]] = {}
 
 
@@ -174,37 +184,6 @@ def _files(config: str | os.PathLike[str] | None) -> tuple[Path, Path, Path]:
         cfg = config_dir(name)
         paths = _paths[name] = (cfg, cfg / SETTINGS_FILE, cfg / SECRETS_FILE)
     return paths
-
-
-def _read_json_object(path: Path) -> tuple[dict[str, Any], str | None]:
-    """The JSON object in ``path`` ({} when absent), and why it cannot be used, if it cannot."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}, None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or type(exc).__name__
-        log.warning("cannot read %s (%s); using defaults", path, type(exc).__name__)
-        return {}, f"cannot be read ({reason})"
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        log.warning("%s is not valid JSON; using defaults", path)
-        return {}, f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-    if not isinstance(value, dict):
-        log.warning("%s is not a JSON object; using defaults", path)
-        return {}, f"is not a JSON object (it holds a JSON {_json_kind(value)})"
-    return value, None
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, str):
-        return "string"
-    if value is None:
-        return "null"
-    return "boolean" if isinstance(value, bool) else "number"
 
 
 _ENV_NAMES = tuple(ENV_PREFIX + name.upper() for name in FIELDS)
@@ -226,9 +205,22 @@ def _env_stamp() -> tuple[object, ...]:
     return tuple(map(data.get, _env_keys()))
 
 
+def sources(config: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """Where each setting given anywhere comes from: the file's path or the variable's name
+    (``memhoncho config show``; the rest are defaults)."""
+    _, settings_file, _ = _files(config)
+    found = {
+        k: str(settings_file) for k in files.read_json_cached(settings_file).value if k in FIELDS
+    }
+    for name in FIELDS:
+        if os.environ.get(ENV_PREFIX + name.upper()) is not None:
+            found[name] = ENV_PREFIX + name.upper()
+    return found
+
+
 def _raw_values(cfg: Path, in_file: dict[str, Any] | None = None) -> dict[str, Any]:
     if in_file is None:
-        in_file = _read_json_cached(cfg / SETTINGS_FILE).value
+        in_file = files.read_json_cached(cfg / SETTINGS_FILE).value
     values = {k: v for k, v in in_file.items() if k in FIELDS}
     for name in FIELDS:
         env = os.environ.get(ENV_PREFIX + name.upper())
@@ -237,45 +229,88 @@ def _raw_values(cfg: Path, in_file: dict[str, Any] | None = None) -> dict[str, A
     return values
 
 
+#: per config dir: the (file generations, environment) read, and the settings or the refusal
+_loaded: dict[Path, tuple[tuple[object, ...], Settings | tuple[str, dict[str, Any]]]] = {}
+
+
 def load(config: str | os.PathLike[str] | None = None) -> Settings:
-    """The settings now. Each invalid key is named in a warning and takes its default.
+    """The settings now, or ``ConfigError`` naming the file or variable, key and reason.
 
-    Live: the file's stat and the environment are checked at every call; only an unchanged
-    file and environment reuse the last result (and do not repeat its warnings).
+    Live: the files' stat and the environment are checked at every call; only an unchanged
+    file and environment reuse the last result (a refusal too: it is raised again).
     """
-    cfg, settings_file, _ = _files(config)
-    read = _read_json_cached(settings_file)
-    key = (read.generation, _env_stamp())
+    cfg, settings_file, secrets_file = _files(config)
+    read = files.read_json_cached(settings_file)
+    secrets = files.read_json_cached(secrets_file)
+    key = (read.generation, secrets.generation, _env_stamp())
     cached = _loaded.get(cfg)
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    current = _validate(_raw_values(cfg, read.value))
-    _loaded[cfg] = (key, current)
-    return current
+    if cached is None or cached[0] != key:
+        cached = (key, _validate(settings_file, read, secrets_file, secrets))
+        _loaded[cfg] = cached
+    outcome = cached[1]
+    if isinstance(outcome, Settings):
+        return outcome
+    from memhoncho.errors import ConfigError
+
+    message, details = outcome
+    raise ConfigError(message, **details)
 
 
-def _validate(values: dict[str, Any]) -> Settings:
+def _validate(
+    settings_file: Path, read: files.Read, secrets_file: Path, secrets: files.Read
+) -> Settings | tuple[str, dict[str, Any]]:
+    """The settings, or the refusal's message and details (the first problem found)."""
+    for path, problem in ((settings_file, read.problem), (secrets_file, secrets.problem)):
+        if problem:
+            return (
+                f"{path} {problem}: fix the file or remove it",
+                {"file": str(path), "reason": problem},
+            )
+    for name in read.value:
+        if name not in FIELDS:
+            near = difflib.get_close_matches(name, list(FIELDS), n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            return (
+                f"{settings_file}: unknown key {name!r}{hint}; the keys are listed in"
+                " docs/configuration.md",
+                {"file": str(settings_file), "key": name, "reason": "unknown key"},
+            )
+    values = _raw_values(settings_file.parent.parent, read.value)
     try:
         return Settings(**values)
     except ValidationError as exc:
-        bad = {str(err["loc"][0]) for err in exc.errors() if err["loc"]}
-        for name in sorted(bad):
-            log.warning("setting %r is invalid; using its default", name)
-        return Settings(**{k: v for k, v in values.items() if k not in bad})
+        found: dict[str, tuple[str, str]] = {}  # key -> (where, reason), first error each
+        for err in exc.errors():
+            if err["loc"] and str(err["loc"][0]) not in found:
+                name = str(err["loc"][0])
+                reason = str(err["msg"]).removeprefix("Value error, ")
+                variable = ENV_PREFIX + name.upper()
+                where = variable if os.environ.get(variable) is not None else str(settings_file)
+                found[name] = (where, reason[:1].lower() + reason[1:])
+        first, (where, reason) = next(iter(found.items()))
+        place = {"variable": where} if where.startswith(ENV_PREFIX) else {"file": where}
+        listed = "; ".join(f"{w}: {k}: {r}" for k, (w, r) in found.items())
+        return (
+            f"{listed} (fix {'the file' if 'file' in place else 'or unset the variable'})",
+            {**place, "key": first, "reason": reason, "keys": sorted(found)},
+        )
 
 
 def invalid_keys(config: str | os.PathLike[str] | None = None) -> list[str]:
     """The names of the settings whose value is invalid now (``memhoncho doctor``)."""
+    _, settings_file, _ = _files(config)
+    read = files.read_json_cached(settings_file)
+    unknown = [name for name in read.value if name not in FIELDS]
     try:
-        Settings(**_raw_values(config_dir(config)))
+        Settings(**_raw_values(config_dir(config), read.value))
     except ValidationError as exc:
-        return sorted({str(err["loc"][0]) for err in exc.errors() if err["loc"]})
-    return []
+        return sorted(unknown + list({str(err["loc"][0]) for err in exc.errors() if err["loc"]}))
+    return sorted(unknown)
 
 
 def api_key(config: str | os.PathLike[str] | None = None) -> str | None:
     """The Honcho API key: the stored secret, ``MEMHONCHO_API_KEY``, then ``api_key_file``."""
-    stored = _read_json_cached(_files(config)[2]).value.get(API_KEY_SECTION)
+    stored = files.read_json_cached(_files(config)[2]).value.get(API_KEY_SECTION)
     if isinstance(stored, dict):
         stored = stored.get("value")
     if isinstance(stored, str) and stored.strip():
@@ -283,35 +318,13 @@ def api_key(config: str | os.PathLike[str] | None = None) -> str | None:
     env = os.environ.get(ENV_PREFIX + "API_KEY", "").strip()
     if env:
         return env
-    return secret_file(load(config).api_key_file)
+    from memhoncho.errors import ConfigError
 
-
-_secret_files: dict[str, tuple[tuple[int, int, int, int], str | None]] = {}
-
-
-def secret_file(path: str | None) -> str | None:
-    """The stripped content of a secret file; None when unset, missing, unreadable or blank.
-
-    Re-read only when its stat changes, so a rotated secret applies at the next call. The
-    content is never logged, and neither is the reason beyond the error's type.
-    """
-    if not path:
-        return None
     try:
-        st = os.stat(path)
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        cached = _secret_files.get(path)
-        if cached is not None and cached[0] == stamp and stamp[3] < time.time_ns() - RACY_NS:
-            return cached[1]
-        with open(path, encoding="utf-8") as handle:
-            value = handle.read().strip() or None
-    except FileNotFoundError:
+        named = load(config).api_key_file
+    except ConfigError:  # refused where the settings are read; here it means no key
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        log.warning("cannot read the secret file %s (%s)", path, type(exc).__name__)
-        return None
-    _secret_files[path] = (stamp, value)
-    return value
+    return secret_file(named)
 
 
 def problems(config: str | os.PathLike[str] | None = None) -> list[str]:
@@ -323,7 +336,7 @@ def problems(config: str | os.PathLike[str] | None = None) -> list[str]:
     _, settings_file, secrets_file = _files(config)
     found = []
     for path in (settings_file, secrets_file):
-        problem = _read_json_cached(path).problem
+        problem = files.read_json_cached(path).problem
         if problem:
             found.append(f"{path} {problem}")
     return found
