@@ -1,0 +1,265 @@
+"""The PostgreSQL store's outbox: records appended in one transaction, read, compacted.
+
+The transactional-outbox pattern: a capture is one short transaction (the conversation's row
+is locked and its ``last_seq`` bumped, the record inserted) committed with
+``synchronous_commit=on`` before ``capture`` returns, so two hosts capturing turns of one
+conversation get seqs in the order their captures committed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+from pydantic import ValidationError
+
+from memhoncho.errors import CaptureTooLarge, OutboxCapacity
+from memhoncho.models import Ledger
+from memhoncho.store.base import Appended, Record, Seen, SweepListing
+from memhoncho.store.outbox import encode_line, run_conflict
+from memhoncho.store.postgres.connection import PgConnections, distinct_keys, float_or_none
+
+if TYPE_CHECKING:
+    import psycopg
+
+
+#: One statement, one round trip: bump the conversation's clock under its row lock (so two
+#: hosts' captures of one conversation are ordered by commit), then insert the record with that
+#: seq unless the ledger's delivered window or the outbox knows its batch. The third column is
+#: None for a duplicate (the caller rolls the clock back with it); the fourth is the content
+#: digest already known for the batch (outbox or ledger, read before this statement's writes).
+APPEND_SQL = """
+WITH c AS (
+    INSERT INTO memhoncho_conversations AS c
+        (key, conversation_id, last_seq, pending_batches, pending_messages)
+    VALUES (%(key)s, %(conversation_id)s, 1, 1, %(messages)s)
+    ON CONFLICT (key) DO UPDATE SET last_seq = c.last_seq + 1,
+        pending_batches = c.pending_batches + 1,
+        pending_messages = c.pending_messages + %(messages)s
+    RETURNING c.last_seq, c.delivered_seq,
+        coalesce(c.ledger -> 'delivered_batches' ? %(batch_id)s, false) AS delivered_before
+), o AS (
+    INSERT INTO memhoncho_outbox (key, seq, batch_id, captured_at, messages, record)
+    SELECT %(key)s, c.last_seq, %(batch_id)s, %(captured_at)s, %(messages)s, %(record)s::jsonb
+    FROM c WHERE NOT c.delivered_before
+    ON CONFLICT (key, batch_id) DO NOTHING
+    RETURNING seq
+)
+SELECT c.last_seq, c.delivered_seq, (SELECT seq FROM o),
+    coalesce(
+        (SELECT r.record ->> 'digest' FROM memhoncho_outbox r
+         WHERE r.key = %(key)s AND r.batch_id = %(batch_id)s),
+        (SELECT c2.ledger -> 'delivered_digests' ->> %(batch_id)s
+         FROM memhoncho_conversations c2 WHERE c2.key = %(key)s)
+    )
+FROM c
+"""
+PENDING_EDGE_SQL = "SELECT seq, record FROM memhoncho_outbox WHERE key = %s ORDER BY seq {} LIMIT 1"
+
+
+def _record(seq: int, record: dict[str, Any]) -> Record:
+    return cast(Record, {**record, "seq": seq})  # jsonb as the capture stored it
+
+
+class PgRecords(PgConnections):
+    """The outbox rows and the per-conversation capture clock."""
+
+    def append(
+        self,
+        key: str,
+        record: Record,
+        *,
+        max_pending: int,
+        max_bytes: int | None = None,
+        after_write: Callable[[], object] | None = None,
+    ) -> Appended:
+        body = {k: v for k, v in record.items() if k != "seq"}
+        if max_bytes is not None:  # the same ceiling as an outbox line of the file store
+            size = len(encode_line({**body, "seq": time.time_ns() // 1000}))
+            if size > max_bytes:
+                raise CaptureTooLarge(
+                    f"the run is {size} bytes; the limit is {max_bytes} bytes", limit=max_bytes
+                )
+        batch_id = str(record["batch_id"])
+        payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+        with self.connection() as conn:
+            seq = self._append(conn, key, record, batch_id, payload, max_pending, after_write)
+        if seq is None:
+            return Appended(duplicate=True)
+        return Appended(duplicate=False, seq=seq)
+
+    def _append(
+        self,
+        conn: psycopg.Connection[Any],
+        key: str,
+        record: Record,
+        batch_id: str,
+        payload: str,
+        max_pending: int,
+        after_write: Callable[[], object] | None,
+    ) -> int | None:
+        import psycopg
+
+        with conn.transaction() as tx:
+            row = conn.execute(
+                APPEND_SQL,
+                {
+                    "key": key,
+                    "conversation_id": record.get("conversation_id"),
+                    "batch_id": batch_id,
+                    "captured_at": float_or_none(record.get("captured_at")),
+                    "messages": len(record.get("messages") or []),
+                    "record": payload,
+                },
+            ).fetchone()
+            assert row is not None
+            seq, delivered_seq, inserted, known_digest = int(row[0]), int(row[1]), row[2], row[3]
+            if inserted is None:  # delivered within the ledger's window, or in the outbox
+                conflict = run_conflict(known_digest, record)
+                raise conflict if conflict is not None else psycopg.Rollback(tx)
+            # Pending records have distinct seqs in (delivered_seq, seq]: count them only when
+            # there may be more than ``max_pending``.
+            if seq - delivered_seq > max_pending:
+                count_row = conn.execute(
+                    "SELECT count(*) FROM memhoncho_outbox WHERE key = %s AND NOT delivered",
+                    (key,),
+                ).fetchone()
+                pending = (int(count_row[0]) if count_row else 0) - 1  # less this record
+                if pending >= max_pending:
+                    raise OutboxCapacity(
+                        f"the conversation has {pending} undelivered batches; "
+                        f"the limit is {max_pending}",
+                        limit=max_pending,
+                    )
+            if after_write is not None:
+                # Published while the commit is flushed, as the file store does beside its
+                # fsync: a woken worker's ``newest_seq`` waits on this row's lock, so it sees
+                # the record once committed (and nothing, harmlessly, if the commit fails).
+                try:
+                    after_write()
+                except Exception:  # a hint is never worth failing a durable capture for
+                    pass
+            return seq
+        return None  # rolled back: a duplicate
+
+    def records(self, key: str) -> list[Record]:
+        return self.pending(key, -(2**62))
+
+    def pending(self, key: str, after_seq: int) -> list[Record]:
+        with self.connection() as conn:
+            rows = conn.execute(
+                "SELECT seq, record FROM memhoncho_outbox WHERE key = %s AND seq > %s ORDER BY seq",
+                (key, after_seq),
+            ).fetchall()
+        return [_record(seq, record) for seq, record in rows]
+
+    def edges(self, key: str) -> tuple[Record | None, Record | None]:
+        with self.connection() as conn:
+            first = conn.execute(PENDING_EDGE_SQL.format("ASC"), (key,)).fetchone()
+            if first is None:
+                return None, None
+            last = conn.execute(PENDING_EDGE_SQL.format("DESC"), (key,)).fetchone()
+        assert last is not None
+        return _record(*first), _record(*last)
+
+    def newest_seq(self, key: str) -> int:
+        """The conversation's capture clock, once any capture still committing is done.
+
+        ``FOR SHARE`` waits on the row a committing capture holds. A conversation's first
+        capture creates that row, which no other transaction sees yet: then an insert of the
+        same key waits for it (a unique-key conflict in progress), and the row is read again.
+        (With no capture at all, that leaves an empty row behind: the clock at 0, harmless.)
+        """
+        sql = "SELECT last_seq FROM memhoncho_conversations WHERE key = %s FOR SHARE"
+        with self.connection() as conn:
+            row = conn.execute(sql, (key,)).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO memhoncho_conversations (key) VALUES (%s)"
+                    " ON CONFLICT (key) DO NOTHING",
+                    (key,),
+                )
+                row = conn.execute(sql, (key,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def rewrite(
+        self,
+        key: str,
+        keep: Callable[[Record], bool],
+        before_replace: Callable[[list[Record]], None] | None = None,
+    ) -> tuple[list[Record], list[Record]]:
+        with self.connection() as conn, conn.transaction():
+            rows = conn.execute(
+                "SELECT seq, record FROM memhoncho_outbox WHERE key = %s ORDER BY seq FOR UPDATE",
+                (key,),
+            ).fetchall()
+            records = [_record(seq, record) for seq, record in rows]
+            kept = [r for r in records if keep(r)]
+            dropped = [r for r in records if not keep(r)]
+            if not dropped:
+                return kept, []
+            if before_replace is not None:
+                before_replace(dropped)  # committed on its own connection before the delete
+            _delete_records(conn, key, "seq = ANY(%(seqs)s)", [r["seq"] for r in dropped])
+        return kept, dropped
+
+    def compact_delivered(self) -> dict[str, int]:
+        """One statement: delivered records (flagged by ``write_ledger`` in the transaction that
+        moved ``delivered_seq``) leave the outbox; retention still looks at each pending one."""
+        with self.connection() as conn:
+            rows = conn.execute(
+                "WITH d AS (DELETE FROM memhoncho_outbox WHERE delivered RETURNING key)"
+                " SELECT key, count(*) FROM d GROUP BY key"
+            ).fetchall()
+        return {key: int(count) for key, count in rows}
+
+    def remove_outbox(self, key: str) -> None:
+        with self.connection() as conn:
+            _delete_records(conn, key, "true", [])
+
+    def conversation_keys(self) -> list[str]:
+        with self.connection() as conn:
+            return distinct_keys(conn, "memhoncho_outbox")
+
+    def sweep_listing(self) -> SweepListing:
+        """Conversations holding any record, with their ledger and edges, in one query.
+
+        Once delivered records are compacted (``compact_delivered``) the outbox holds pending
+        work only, so this reads the work, not the history. A ledger that does not validate is
+        left out of ``seen``: the sweep reads it again and reports it.
+        """
+        with self.connection() as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT ON (o.key) o.key, o.seq, o.record,"
+                " max(o.seq) OVER (PARTITION BY o.key), c.ledger"
+                " FROM memhoncho_outbox o LEFT JOIN memhoncho_conversations c ON c.key = o.key"
+                " ORDER BY o.key, o.seq"
+            ).fetchall()
+            count = conn.execute("SELECT count(*) FROM memhoncho_conversations").fetchone()
+        seen: dict[str, Seen] = {}
+        for key, seq, record, last_seq, ledger_doc in rows:
+            try:
+                ledger = Ledger.model_validate(ledger_doc) if ledger_doc is not None else None
+            except ValidationError:
+                continue
+            last = cast(Record, {"seq": int(last_seq)})
+            seen[key] = (ledger, _record(seq, record), last)
+        keys = [row[0] for row in rows]
+        listed = int(count[0]) if count else len(keys)
+        return SweepListing(listed=listed, keys=keys, unchanged=listed - len(keys), seen=seen)
+
+
+def _delete_records(conn: psycopg.Connection[Any], key: str, where: str, seqs: list[int]) -> None:
+    """Delete some of a conversation's records; the pending ones leave its counters too."""
+    conn.execute(
+        f"WITH d AS (DELETE FROM memhoncho_outbox WHERE key = %(key)s AND {where}"
+        "  RETURNING delivered, messages)"
+        " UPDATE memhoncho_conversations SET"
+        "  pending_batches = pending_batches - (SELECT count(*) FROM d WHERE NOT delivered),"
+        "  pending_messages = pending_messages"
+        "   - (SELECT coalesce(sum(messages), 0) FROM d WHERE NOT delivered)"
+        " WHERE key = %(key)s",
+        {"key": key, "seqs": seqs},
+    )
