@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from memhoncho.errors import CaptureTooLarge, OutboxCapacity
 from memhoncho.models import Ledger
+from memhoncho.store import hint_marks
 from memhoncho.store.base import Appended, Record, Seen, SweepListing
 from memhoncho.store.outbox import encode_line, run_conflict
 from memhoncho.store.postgres.connection import PgConnections, distinct_keys, float_or_none
@@ -25,37 +26,15 @@ if TYPE_CHECKING:
     import psycopg
 
 
-#: One statement, one round trip: bump the conversation's clock under its row lock (so two
-#: hosts' captures of one conversation are ordered by commit), then insert the record with that
-#: seq unless the ledger's delivered window or the outbox knows its batch. The third column is
-#: None for a duplicate (the caller rolls the clock back with it); the fourth is the content
-#: digest already known for the batch (outbox or ledger, read before this statement's writes).
-APPEND_SQL = """
-WITH c AS (
-    INSERT INTO memhoncho_conversations AS c
-        (key, conversation_id, last_seq, pending_batches, pending_messages)
-    VALUES (%(key)s, %(conversation_id)s, 1, 1, %(messages)s)
-    ON CONFLICT (key) DO UPDATE SET last_seq = c.last_seq + 1,
-        pending_batches = c.pending_batches + 1,
-        pending_messages = c.pending_messages + %(messages)s
-    RETURNING c.last_seq, c.delivered_seq,
-        coalesce(c.ledger -> 'delivered_batches' ? %(batch_id)s, false) AS delivered_before
-), o AS (
-    INSERT INTO memhoncho_outbox (key, seq, batch_id, captured_at, messages, record)
-    SELECT %(key)s, c.last_seq, %(batch_id)s, %(captured_at)s, %(messages)s, %(record)s::jsonb
-    FROM c WHERE NOT c.delivered_before
-    ON CONFLICT (key, batch_id) DO NOTHING
-    RETURNING seq
+#: The whole capture as one server-side function (migration 0005), called in autocommit: one
+#: statement, one round trip, one transaction. Under the conversation's row lock it orders the
+#: capture (``last_seq``), refuses a duplicate (ledger window or outbox) and a full outbox,
+#: inserts the record and claims the hint mark (``hint_at``) when none waits.
+APPEND_SQL = (
+    "SELECT status, seq, known_digest, pending, hint FROM memhoncho_append("
+    "%(key)s, %(conversation_id)s, %(batch_id)s, %(captured_at)s, %(messages)s,"
+    " %(record)s::jsonb, %(max_pending)s, %(stale_s)s, %(claim)s)"
 )
-SELECT c.last_seq, c.delivered_seq, (SELECT seq FROM o),
-    coalesce(
-        (SELECT r.record ->> 'digest' FROM memhoncho_outbox r
-         WHERE r.key = %(key)s AND r.batch_id = %(batch_id)s),
-        (SELECT c2.ledger -> 'delivered_digests' ->> %(batch_id)s
-         FROM memhoncho_conversations c2 WHERE c2.key = %(key)s)
-    )
-FROM c
-"""
 PENDING_EDGE_SQL = "SELECT seq, record FROM memhoncho_outbox WHERE key = %s ORDER BY seq {} LIMIT 1"
 
 
@@ -84,65 +63,64 @@ class PgRecords(PgConnections):
                 )
         batch_id = str(record["batch_id"])
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+        params = {
+            "key": key,
+            "conversation_id": record.get("conversation_id"),
+            "batch_id": batch_id,
+            "captured_at": float_or_none(record.get("captured_at")),
+            "messages": len(record.get("messages") or []),
+            "record": payload,
+            "max_pending": max_pending,
+            "stale_s": hint_marks.STALE_S,
+            "claim": after_write is not None,
+        }
         with self.connection() as conn:
-            seq = self._append(conn, key, record, batch_id, payload, max_pending, after_write)
-        if seq is None:
+            row = conn.execute(APPEND_SQL, params).fetchone()
+        assert row is not None
+        status, seq, known_digest, pending, hint = row
+        if status == "duplicate":  # delivered within the ledger's window, or in the outbox
+            conflict = run_conflict(known_digest, record)
+            if conflict is not None:
+                raise conflict
             return Appended(duplicate=True)
-        return Appended(duplicate=False, seq=seq)
+        if status == "full":
+            raise OutboxCapacity(
+                f"the conversation has {pending} undelivered batches; the limit is {max_pending}",
+                limit=max_pending,
+            )
+        if hint and after_write is not None:
+            # Committed already: a worker woken by this hint sees the record. Only the capture
+            # that claimed the mark publishes; the others are seen by the hint that waits.
+            try:
+                after_write()
+            except Exception:  # a hint is never worth failing a durable capture for
+                pass
+        return Appended(duplicate=False, seq=int(seq))
 
-    def _append(
-        self,
-        conn: psycopg.Connection[Any],
-        key: str,
-        record: Record,
-        batch_id: str,
-        payload: str,
-        max_pending: int,
-        after_write: Callable[[], object] | None,
-    ) -> int | None:
-        import psycopg
+    # ---- the hint marks (``store/hint_marks.py``, kept where every machine sees them) ----------
 
-        with conn.transaction() as tx:
-            row = conn.execute(
-                APPEND_SQL,
-                {
-                    "key": key,
-                    "conversation_id": record.get("conversation_id"),
-                    "batch_id": batch_id,
-                    "captured_at": float_or_none(record.get("captured_at")),
-                    "messages": len(record.get("messages") or []),
-                    "record": payload,
-                },
-            ).fetchone()
-            assert row is not None
-            seq, delivered_seq, inserted, known_digest = int(row[0]), int(row[1]), row[2], row[3]
-            if inserted is None:  # delivered within the ledger's window, or in the outbox
-                conflict = run_conflict(known_digest, record)
-                raise conflict if conflict is not None else psycopg.Rollback(tx)
-            # Pending records have distinct seqs in (delivered_seq, seq]: count them only when
-            # there may be more than ``max_pending``.
-            if seq - delivered_seq > max_pending:
-                count_row = conn.execute(
-                    "SELECT count(*) FROM memhoncho_outbox WHERE key = %s AND NOT delivered",
-                    (key,),
-                ).fetchone()
-                pending = (int(count_row[0]) if count_row else 0) - 1  # less this record
-                if pending >= max_pending:
-                    raise OutboxCapacity(
-                        f"the conversation has {pending} undelivered batches; "
-                        f"the limit is {max_pending}",
-                        limit=max_pending,
-                    )
-            if after_write is not None:
-                # Published while the commit is flushed, as the file store does beside its
-                # fsync: a woken worker's ``newest_seq`` waits on this row's lock, so it sees
-                # the record once committed (and nothing, harmlessly, if the commit fails).
-                try:
-                    after_write()
-                except Exception:  # a hint is never worth failing a durable capture for
-                    pass
-            return seq
-        return None  # rolled back: a duplicate
+    def take_hint(self, key: str) -> None:
+        """A delivery starts: captures from now on publish a hint of their own. Waits on a
+        committing capture's row lock, so the outbox read after it sees that capture."""
+        with self._writer(key) as conn:
+            conn.execute(
+                "UPDATE memhoncho_conversations SET hint_at = NULL"
+                " WHERE key = %s AND hint_at IS NOT NULL",
+                (key,),
+            )
+
+    def release_hint(self, key: str) -> None:
+        """The publish failed: no hint waits, so the next capture (or the sweep) publishes."""
+        with self.connection() as conn:
+            conn.execute("UPDATE memhoncho_conversations SET hint_at = NULL WHERE key = %s", (key,))
+
+    def hint_marks(self) -> dict[str, float]:
+        """Every waiting mark and when it was claimed (server clock, epoch seconds)."""
+        with self.connection() as conn:
+            rows = conn.execute(
+                "SELECT key, hint_at FROM memhoncho_conversations WHERE hint_at IS NOT NULL"
+            ).fetchall()
+        return {key: float(at) for key, at in rows}
 
     def records(self, key: str) -> list[Record]:
         return self.pending(key, -(2**62))
