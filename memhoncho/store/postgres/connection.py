@@ -100,7 +100,7 @@ class PgConnections:
             open=False,
             timeout=self.connect_timeout_s,
             # A connection that a database restart ended is found here, not by a capture.
-            check=ConnectionPool.check_connection,
+            check=check_idle_connection,
             kwargs=self._connect_kwargs(),
             name="memhoncho",
         )
@@ -230,6 +230,25 @@ def store_error(exc: Exception) -> StoreError:
             "the store's database has no memhoncho schema; run: memhoncho db upgrade"
         )
     return StoreError(f"the store's database refused the operation ({type(exc).__name__})")
+
+
+def check_idle_connection(conn: psycopg.Connection[Any]) -> None:
+    """The pool's check before it hands a connection out, without a round trip.
+
+    An idle connection has nothing to read; one the server ended (a restart, a terminated
+    backend) has its goodbye or EOF waiting on the socket. Only then is it asked (an empty
+    query), which fails, so the pool drops it and a capture never meets it. A server gone
+    silently is met by the statement, bounded by ``tcp_user_timeout``: StoreUnavailable.
+    """
+    import select
+
+    import psycopg
+
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        conn.execute("")
 
 
 def check_schema(conn: psycopg.Connection[Any]) -> None:

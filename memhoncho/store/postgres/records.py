@@ -9,7 +9,6 @@ conversation get seqs in the order their captures committed.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,7 +18,7 @@ from memhoncho.errors import CaptureTooLarge, OutboxCapacity
 from memhoncho.models import Ledger
 from memhoncho.store import hint_marks
 from memhoncho.store.base import Appended, Record, Seen, SweepListing
-from memhoncho.store.outbox import encode_line, run_conflict
+from memhoncho.store.outbox import run_conflict
 from memhoncho.store.postgres.connection import PgConnections, distinct_keys, float_or_none
 
 if TYPE_CHECKING:
@@ -35,6 +34,9 @@ APPEND_SQL = (
     "%(key)s, %(conversation_id)s, %(batch_id)s, %(captured_at)s, %(messages)s,"
     " %(record)s::jsonb, %(max_pending)s, %(stale_s)s, %(claim)s)"
 )
+#: what an outbox line (``outbox.encode_line``) adds to the record's JSON: checksum, space,
+#: ``,"seq":`` and a seq of 16 digits (microseconds since the epoch), newline
+LINE_OVERHEAD = 9 + len(',"seq":') + 16 + 1
 PENDING_EDGE_SQL = "SELECT seq, record FROM memhoncho_outbox WHERE key = %s ORDER BY seq {} LIMIT 1"
 
 
@@ -55,14 +57,14 @@ class PgRecords(PgConnections):
         after_write: Callable[[], object] | None = None,
     ) -> Appended:
         body = {k: v for k, v in record.items() if k != "seq"}
+        payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
         if max_bytes is not None:  # the same ceiling as an outbox line of the file store
-            size = len(encode_line({**body, "seq": time.time_ns() // 1000}))
+            size = len(payload.encode("utf-8")) + LINE_OVERHEAD
             if size > max_bytes:
                 raise CaptureTooLarge(
                     f"the run is {size} bytes; the limit is {max_bytes} bytes", limit=max_bytes
                 )
         batch_id = str(record["batch_id"])
-        payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
         params = {
             "key": key,
             "conversation_id": record.get("conversation_id"),
