@@ -59,15 +59,27 @@ def call_via_celery(
             via="celery",
             unclear=True,
         ) from None
-    except Exception as exc:  # the task itself died (time limit, lost worker)
+    except Exception as exc:  # the task died (time limit, lost worker), or the results did
         raise HonchoFailure(
             f"memhoncho {tool.name}: the recall worker failed ({type(exc).__name__})",
             via="celery",
         ) from None
     finally:
-        pending.forget()
+        _forget(pending)
     if not isinstance(outcome, dict) or "ok" not in outcome:
         raise HonchoFailure(f"memhoncho {tool.name}: the recall worker sent no outcome")
     if outcome["ok"]:
         return dict(outcome["result"])
     raise tools.error_from_payload(outcome.get("error") or {})
+
+
+def _forget(pending: Any) -> None:
+    """Drop the answer from the result backend; never a reason to replace the outcome (a
+    backend that keeps nothing cannot forget, one that is down keeps it until it expires)."""
+    try:
+        pending.forget()
+    except Exception as exc:  # noqa: BLE001 - bookkeeping only, the outcome stands
+        log.debug(
+            "recall result not forgotten",
+            extra={"action": "recall_forget_failed", "error": type(exc).__name__},
+        )

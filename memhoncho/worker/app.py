@@ -166,6 +166,14 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
                 "retry_on_timeout": False,
                 "max_retries": 0,
             }
+            # The result backend (a recall's answer) is the same Redis: without these, a
+            # recall with Redis down retried its subscription for ~19 s instead of failing.
+            celery.conf.update(
+                redis_socket_connect_timeout=HOST_CONNECT_TIMEOUT_S,
+                redis_socket_timeout=1.0,
+                redis_retry_on_timeout=False,
+                result_backend_transport_options={"retry_policy": {"max_retries": 0}},
+            )
         private_pools(celery)
     return celery
 
