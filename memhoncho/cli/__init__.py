@@ -414,6 +414,9 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="JSON output (the only format)")
     bench.add_argument("--samples", type=int, default=None, help="override the sample count")
     bench.add_argument(
+        "--broker", help="deliver: also on this broker (amqp://...), beside Redis, in one run"
+    )
+    bench.add_argument(
         "--store", help="capture, sweep, status: also on PostgreSQL (a scratch database there)"
     )
     bench.set_defaults(handler=_cmd_bench)
