@@ -499,7 +499,12 @@ def run_audit(config_dir: Path, data_dir: Path) -> subprocess.CompletedProcess[s
     """``memhoncho audit`` as an operator runs it, in its own process."""
     env = memhoncho_env(config_dir=config_dir, data_dir=data_dir, api_key=None)
     return subprocess.run(
-        [sys.executable, "-m", "memhoncho.cli", "audit"],
+        # The console script's entry point (memhoncho.cli is a package with no __main__).
+        [
+            sys.executable,
+            "-c",
+            "import sys; from memhoncho.cli import main; sys.exit(main(['audit']))",
+        ],
         env=env,
         capture_output=True,
         text=True,
