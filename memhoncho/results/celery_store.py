@@ -81,6 +81,19 @@ class StoreResultBackend(KeyValueStoreBackend):
                 (now, self._text(key), data, now + self._expires_s),
             )
 
+    def claim(self, key: Any, ttl_s: float) -> bool:
+        """Insert ``key`` unless a live row holds it (``results.once``): True if inserted."""
+        now = time.time()
+        with self._store().connection() as conn:
+            row = conn.execute(
+                "INSERT INTO memhoncho_celery_results AS r (key, value, expires_at)"
+                " VALUES (%s, '\\x31', %s) ON CONFLICT (key) DO UPDATE"
+                " SET value = excluded.value, expires_at = excluded.expires_at"
+                " WHERE r.expires_at <= %s RETURNING key",
+                (self._text(key), now + ttl_s, now),
+            ).fetchone()
+        return row is not None
+
     def delete(self, key: Any) -> None:
         with self._store().connection() as conn:
             conn.execute("DELETE FROM memhoncho_celery_results WHERE key = %s", (self._text(key),))

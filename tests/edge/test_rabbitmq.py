@@ -16,7 +16,7 @@ import pytest
 from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.errors import HonchoUnavailable
-from memhoncho.recall import tools
+from memhoncho.recall import remote, tools
 from memhoncho.status.view import amqp_depths, queues_bucket
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin, write_api_key, write_settings
@@ -70,11 +70,13 @@ def test_recall_through_a_worker_answers_typed_and_remember_is_stored(
 
     assert [r["text"] for r in found["results"]] == ["rabbit words"]
     assert remembered["remembered"] is True
-    # Answers were read and forgotten: the results table keeps nothing behind.
+    # The search's answer was read and forgotten; the remember's stays (with its claim) to
+    # answer the caller's retries until it expires (results/once.py).
+    remember_id = remote.task_id_for(tools.REMEMBER, {"content": "likes rabbits"}, ANA)
     store = deployment.store()
     with store.connection() as conn:  # type: ignore[attr-defined]
-        left = conn.execute("SELECT count(*) FROM memhoncho_celery_results").fetchone()
-    assert left == (0,)
+        left = conn.execute("SELECT key FROM memhoncho_celery_results").fetchall()
+    assert left and all(str(remember_id) in key for (key,) in left), left
 
 
 def test_a_recall_with_rabbitmq_down_is_a_typed_error_within_the_tool_timeout(
