@@ -122,6 +122,11 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
         routing.MAINTENANCE_QUEUE,
     ]
     celery.conf.update(
+        # Durable queues, persistent messages. On RabbitMQ classic queues, not quorum queues:
+        # a hint is re-created from the store whenever one is lost, so replication buys
+        # nothing, while quorum queues would need per-consumer prefetch and Celery's native
+        # delayed delivery for a retry's countdown, which the direct exchange cannot take
+        # (docs/scaling-brokers.md).
         task_queues=[Queue(name, exchange, routing_key=name) for name in queue_names],
         task_default_queue=routing.MAINTENANCE_QUEUE,
         task_default_exchange="memhoncho",
@@ -174,6 +179,9 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
                 redis_retry_on_timeout=False,
                 result_backend_transport_options={"retry_policy": {"max_retries": 0}},
             )
+        elif routing.is_amqp(broker):
+            # One connection attempt: kombu's default retries a refused publish for ~2 s.
+            celery.conf.broker_transport_options = {**transport_options, "max_retries": 0}
         private_pools(celery)
     return celery
 

@@ -490,6 +490,10 @@ def faulty_run(
     host: Host, standin: HonchoStandIn, workspace_id: str, broker_url: str
 ) -> Callable[..., dict[str, Any]]:
     """``faulty_run(fence=...)``: the issue's run on this test's host, stand-in and broker."""
+    if routing.is_amqp(broker_url):
+        # The longest runs of the suite stay on Redis; RabbitMQ's kills, restarts and audit
+        # are tests/delivery/test_store_machines_rabbitmq.py.
+        pytest.skip("issue 12's run is on Redis")
     return functools.partial(
         deliver_through_commit_faults_and_kills, host, standin, workspace_id, broker_url
     )
