@@ -39,6 +39,7 @@ def broker_url(redis_url: str) -> str:
     """Redis only: the worker tests run on both brokers; this one measures the file marks."""
     return redis_url
 
+
 RUNS = 60
 KILLS = 40  # SIGKILLs of pool children, at random moments
 KILL_GAP_S = (0.02, 0.3)  # seconds between kills

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,6 +97,12 @@ class HostProcess:
         assert self.process.wait(timeout=60) == 0
 
 
+def restart_database(cluster: PrivateCluster) -> None:
+    cluster.stop("fast")
+    time.sleep(POSTGRES_DOWN_S)
+    cluster.start()
+
+
 @pytest.fixture
 def standin() -> Iterator[HonchoStandIn]:
     with HonchoStandIn(api_key=KEY) as running:
@@ -136,18 +143,24 @@ def test_two_machines_on_rabbitmq_and_postgres_restarted_deliver_every_turn_once
         hosts = [HostProcess(m, names) for m in machines]
         rng = random.Random(20261204)
         next_kill = time.monotonic() + rng.uniform(*KILL_GAP_S)
+        restarts: list[threading.Thread] = []
         for turn in range(runs):  # the turns of every conversation alternate between hosts
+            # Each engine restarts while the hosts capture and the fleets deliver.
             if turn == RABBITMQ_RESTART_TURN:
-                node.restart()  # queued hints survive (durable queues), unacked ones come back
+                # queued hints survive (durable queues), unacknowledged ones come back
+                restarts.append(threading.Thread(target=node.restart))
+                restarts[-1].start()
             if turn == POSTGRES_RESTART_TURN:
-                cluster.stop("fast")  # every session cut: captures refused, deliveries retried
-                time.sleep(POSTGRES_DOWN_S)
-                cluster.start()
+                # every session cut: captures refused (typed), deliveries retried
+                restarts.append(threading.Thread(target=restart_database, args=(cluster,)))
+                restarts[-1].start()
             hosts[turn % 2].capture_turn(turn)
             if time.monotonic() >= next_kill and kills < KILLS:
                 if rng.choice(killable).kill_child(signal.SIGKILL) is not None:
                     kills += 1
                 next_kill = time.monotonic() + rng.uniform(*KILL_GAP_S)
+        for restart in restarts:
+            restart.join()
         refused = sum(h.refused for h in hosts)
         for host in hosts:
             host.close()
@@ -170,6 +183,7 @@ def test_two_machines_on_rabbitmq_and_postgres_restarted_deliver_every_turn_once
         f" elapsed={time.monotonic() - started:.0f}s"
     )
     assert kills >= KILLS
+    assert refused > 0  # the database was down under the stream: captures were refused, typed
     for deployment in machines:  # no outbox, ledger or lock file on either machine
         assert not (deployment.data_dir / "data" / "outbox").exists()
         assert not (deployment.data_dir / "state" / "ledger").exists()
