@@ -11,7 +11,8 @@ default message.
     │   ├── CaptureTooLarge             ERR_CAPTURE_TOO_LARGE
     │   ├── RunConflict                 ERR_RUN_CONFLICT
     │   ├── InvalidToolCall             ERR_TOOL_ARGUMENTS
-    │   └── ForkRefused                 ERR_FORK_REFUSED
+    │   ├── ForkRefused                 ERR_FORK_REFUSED
+    │   └── UnmappableMessage           ERR_FRAMEWORK_MESSAGE
     ├── OutboxCapacity                  ERR_OUTBOX_CAPACITY
     ├── StoreError                      ERR_STORE
     │   ├── CorruptFile                 ERR_CORRUPT_FILE
@@ -94,6 +95,13 @@ class ForkRefused(InvalidInput):
     """The fork was refused: the child already has a fork record or a Honcho session."""
 
     code = "ERR_FORK_REFUSED"
+
+
+class UnmappableMessage(InvalidInput):
+    """An agent framework's message has a shape memhoncho's integration cannot map to a run;
+    nothing was written."""
+
+    code = "ERR_FRAMEWORK_MESSAGE"
 
 
 class OutboxCapacity(MemhonchoError):

@@ -13,6 +13,9 @@ from typing import Annotated, Any, Literal, TypedDict
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_serializer
 
 MAX_RUN_ID_LEN = 256  # characters
+OUTBOX_ID_KEY = "memhoncho_outbox_id"  # metadata key every Honcho message carries, for dedup
+USER = "user"  # the peer roles of a message in the outbox and in Honcho
+AGENT = "agent"
 MAX_INPUTS = 1000  # user inputs in one run
 
 

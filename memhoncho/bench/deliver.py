@@ -42,9 +42,9 @@ from memhoncho.bench import redis_url
 from memhoncho.bench.deliver_brokers import _wait_idle, _without_password, kind_of
 from memhoncho.bench.deliver_naive import NAIVE_QUEUE, NAIVE_TASK
 from memhoncho.capture.host import Host
-from memhoncho.capture.record import OUTBOX_ID_KEY, build_record
+from memhoncho.capture.record import build_record
 from memhoncho.honcho import adapter
-from memhoncho.models import RunEvent
+from memhoncho.models import OUTBOX_ID_KEY, RunEvent
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import StandInControl
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running

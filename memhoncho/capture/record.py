@@ -17,13 +17,18 @@ from typing import Any
 
 from memhoncho.capture.redaction import Redactor
 from memhoncho.errors import InvalidEvent
-from memhoncho.models import Answered, OutboxMessage, Record, RunEvent, SelectionChange
+from memhoncho.models import (
+    AGENT,
+    USER,
+    Answered,
+    OutboxMessage,
+    Record,
+    RunEvent,
+    SelectionChange,
+)
 
 SELECTION_NAME = "memhoncho"  # the name a host's selection lists to include memhoncho
-OUTBOX_ID_KEY = "memhoncho_outbox_id"  # metadata key Honcho messages carry for dedup
 ANSWER_JOINER = "\n\n"  # between the answer's text blocks
-USER = "user"
-AGENT = "agent"
 
 
 def batch_id(conversation_id: str, run_id: str) -> str:

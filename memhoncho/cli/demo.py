@@ -23,9 +23,9 @@ from typing import Any
 
 from memhoncho import ids
 from memhoncho.capture.host import Host
-from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
+from memhoncho.models import OUTBOX_ID_KEY
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import STOP_TIMEOUT_S, CeleryProcess, memhoncho_env
 
@@ -76,6 +76,11 @@ class Demo:
             self._memory(host)
             self._tools(host)
             self._status()
+
+    def start(self) -> None:
+        """Start Honcho (the stand-in unless one was named), a worker and beat on the embedded
+        broker, for a caller of its own (the framework examples); stopped with ``stack``."""
+        self._setup()
 
     def _setup(self) -> None:
         self.config_dir = self.data_dir / "config"

@@ -24,13 +24,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from memhoncho import ids
-from memhoncho.capture.record import AGENT, OUTBOX_ID_KEY
 from memhoncho.delivery import fence, forks
 from memhoncho.delivery.fold import Pending, fold, pending_messages
 from memhoncho.deployment import Deployment
 from memhoncho.errors import HonchoFailure, MemhonchoError
 from memhoncho.honcho import adapter
-from memhoncho.models import Ledger
+from memhoncho.models import AGENT, OUTBOX_ID_KEY, Ledger
 from memhoncho.settings import Settings
 from memhoncho.store import hint_marks
 from memhoncho.store.base import Record

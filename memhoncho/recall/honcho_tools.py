@@ -13,10 +13,10 @@ from datetime import datetime
 from typing import Any
 
 from memhoncho import ids
-from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.errors import CorruptFile, HonchoRejected, InvalidId, InvalidToolCall, StoreError
 from memhoncho.honcho import adapter
+from memhoncho.models import OUTBOX_ID_KEY
 from memhoncho.recall.arguments import (
     ChatArguments,
     RememberArguments,

@@ -1,2 +1,2 @@
-"""Status: the view (``view``), its cheap census of the store (``census``, ``census_file``),
+"""Status: the view (``view``), its health verdict (``health``),
 rendering as a table or metrics (``render``) and its HTTP server (``http``)."""

@@ -35,7 +35,7 @@ class FileStore(Store):
         self.outbox = Outbox(layout)
         self._ledgers = LedgerCache(layout)
         self._census_lock = threading.Lock()
-        self._summary: Any = None  # status.census.SummaryCache, built on first census
+        self._summary: Any = None  # store.census.SummaryCache, built on first census
 
     # ---- the outbox ------------------------------------------------------------------------
 
@@ -272,7 +272,7 @@ class FileStore(Store):
     # ---- status ------------------------------------------------------------------------------
 
     def census(self) -> Census:
-        from memhoncho.status.census import SummaryCache
+        from memhoncho.store.census import SummaryCache
 
         with self._census_lock:
             if self._summary is None:

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memhoncho import ids
-from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
-from memhoncho.models import Ledger
+from memhoncho.models import OUTBOX_ID_KEY, Ledger
 from memhoncho.store.ledger import write_ledger
 
 

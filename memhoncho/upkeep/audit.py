@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from memhoncho import ids
-from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.errors import MemhonchoError, StoreError
-from memhoncho.models import Ledger, Record
+from memhoncho.models import OUTBOX_ID_KEY, Ledger, Record
 from memhoncho.store.lines import parse
 
 if TYPE_CHECKING:

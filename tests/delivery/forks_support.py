@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from memhoncho import ids
-from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.delivery import forks
 from memhoncho.delivery.clone import FORK_CHILD_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
-from memhoncho.models import Ledger
+from memhoncho.models import OUTBOX_ID_KEY, Ledger
 from memhoncho.testing import HonchoStandIn
 
 OWNER = "ana@example.com"

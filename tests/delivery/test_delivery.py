@@ -15,7 +15,6 @@ import pytest
 
 from memhoncho import ids
 from memhoncho.capture.host import Host
-from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.delivery import fence, forks
 from memhoncho.delivery.engine import DeliveryState, deliver_conversation, failures_in_a_row
 from memhoncho.deployment import Deployment
@@ -31,7 +30,7 @@ from memhoncho.errors import (
     StoreError,
 )
 from memhoncho.honcho import adapter
-from memhoncho.models import ForkRecord, Ledger
+from memhoncho.models import OUTBOX_ID_KEY, ForkRecord, Ledger
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin, write_settings
 from memhoncho.testing.runs import expected_texts, run_event

@@ -26,8 +26,8 @@ import redis
 
 from memhoncho import ids
 from memhoncho.capture.host import Host
-from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
+from memhoncho.models import OUTBOX_ID_KEY
 from memhoncho.store import hint_marks
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn

@@ -346,7 +346,7 @@ def test_a_corrupt_ledger_stays_degraded_until_it_is_repaired(
 
 
 def test_a_damaged_summary_cache_is_rebuilt(config_dir: Path, data_dir: Path) -> None:
-    from memhoncho.status.census import cache_path
+    from memhoncho.store.census import cache_path
 
     ctx = _context(config_dir, data_dir)
     _append(ctx, "c-1", "r1", owner=None, messages=2, captured_at=time.time())
@@ -372,8 +372,8 @@ def test_removed_conversations_leave_the_figures(
 
 
 def test_the_summary_file_format_has_a_column_for_every_row_field() -> None:
-    from memhoncho.status import census as summary
-    from memhoncho.status import census_file as summary_file
+    from memhoncho.store import census as summary
+    from memhoncho.store import census_file as summary_file
 
     assert len(summary.INT_COLUMNS) == summary_file.INT_COLUMN_COUNT
     assert len(summary.FLOAT_COLUMNS) == summary_file.FLOAT_COLUMN_COUNT

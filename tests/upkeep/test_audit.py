@@ -11,10 +11,10 @@ import pytest
 
 from memhoncho import cli, ids
 from memhoncho.capture.host import Host
-from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.delivery.engine import deliver_conversation
 from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
+from memhoncho.models import OUTBOX_ID_KEY
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.runs import run_event

@@ -16,10 +16,10 @@ import pytest
 
 from memhoncho import ids
 from memhoncho.capture.host import Host
-from memhoncho.capture.record import OUTBOX_ID_KEY, build_record
+from memhoncho.capture.record import build_record
 from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
-from memhoncho.models import RunEvent
+from memhoncho.models import OUTBOX_ID_KEY, RunEvent
 from memhoncho.recall.memory import SectionsStatus
 from memhoncho.store.deadletters import read_dead
 from memhoncho.store.outbox import Outbox

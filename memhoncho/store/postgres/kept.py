@@ -20,7 +20,7 @@ from memhoncho.store.postgres.connection import (
 )
 
 if TYPE_CHECKING:
-    from memhoncho.status.census import Census
+    from memhoncho.store.base import Census
 
 
 class PgKept(PgConnections):
@@ -154,7 +154,7 @@ class PgKept(PgConnections):
 
     def census(self) -> Census:
         """Aggregates over partial indexes: pending rows only, sessions only."""
-        from memhoncho.status.census import Census
+        from memhoncho.store.base import Census
 
         with self.connection() as conn:
             row = conn.execute(

@@ -24,10 +24,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from memhoncho.models import Ledger
-from memhoncho.status import census_file as summary_file
-from memhoncho.status.listing import count_lines, list_inodes, list_stats, open_dir, reason
+from memhoncho.store import census_file as summary_file
 from memhoncho.store.atomic import write_bytes
 from memhoncho.store.base import Census
+from memhoncho.store.census_listing import count_lines, list_inodes, list_stats, open_dir, reason
 from memhoncho.store.layout import Layout
 from memhoncho.store.lines import parse
 

@@ -1,0 +1,204 @@
+"""What every framework integration shares, written once: a finished framework run as one
+memhoncho run (``Turn`` -> ``RunEvent``, its deterministic run id), the rule for content that is
+not text, the recall tools bound to an owner, and the sections as prompt text.
+
+The framework modules only translate their own message shapes into ``Turn`` and wire these
+pieces into the framework's extension points; nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from memhoncho.errors import MemhonchoError, UnmappableMessage
+from memhoncho.models import CaptureResult, RunEvent
+
+if TYPE_CHECKING:
+    from memhoncho.capture.host import Host
+
+log = logging.getLogger(__name__)
+
+RUN_DIGEST_CHARS = 40  # hex characters of the run id's hash: collisions are out of reach
+TEXT_DIGEST_CHARS = 16  # hex characters of the input texts' hash in a position identity
+PART_JOINER = "\n"  # between the kept parts of one multi-part message
+#: what stands in a stored text for a part that is not text (an image, a file, audio)
+DROPPED_NOTE = "[{kind} not stored: memhoncho keeps text only]"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One message of the framework's history: its position there and its text."""
+
+    entry_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One finished framework run, as memhoncho stores it.
+
+    ``identity`` is the framework's own name for this run (its run id, or the position of the
+    run's first new input with a digest of the inputs): the same run always yields the same one.
+    ``answer`` is None when the framework ended the run with an error or a cancellation.
+    """
+
+    framework: str
+    conversation_id: str
+    owner: str | None
+    identity: str
+    inputs: tuple[Entry, ...]
+    answer: Entry | None
+
+    @property
+    def run_id(self) -> str:
+        """Derived, never drawn: capturing this run again answers ``duplicate``. The outcome is
+        part of it, so a failed run and the retry that answered it are two runs, not a conflict."""
+        outcome = "answered" if self.answer is not None else "unanswered"
+        key = "\x00".join((self.framework, self.conversation_id, self.identity, outcome))
+        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:RUN_DIGEST_CHARS]
+        return f"{self.framework}-{digest}"
+
+    def event(self) -> RunEvent:
+        """The ``RunEvent`` ``Host.capture`` takes (InvalidEvent for a bad id, as any run)."""
+        outcome: dict[str, Any] = {"status": "unanswered"}
+        if self.answer is not None:
+            outcome = {
+                "status": "answered",
+                "answer": {
+                    "entry_id": self.answer.entry_id,
+                    "content": [{"type": "text", "text": self.answer.text}],
+                },
+            }
+        return RunEvent.model_validate(
+            {
+                "conversation_id": self.conversation_id,
+                "owner": self.owner,
+                "run_id": self.run_id,
+                "inputs": [{"entry_id": e.entry_id, "text": e.text} for e in self.inputs],
+                "outcome": outcome,
+            }
+        )
+
+
+def position_identity(inputs: Iterable[Entry]) -> str:
+    """A run's identity for a framework that names none: where its first new input sits in the
+    conversation's history, and what its inputs say (two runs at one position differ by text)."""
+    entries = list(inputs)
+    first = entries[0].entry_id if entries else -1
+    texts = json.dumps([e.text for e in entries], ensure_ascii=False)
+    digest = hashlib.sha256(texts.encode("utf-8")).hexdigest()[:TEXT_DIGEST_CHARS]
+    return f"{first}:{digest}"
+
+
+def capture(host: Host, turn: Turn) -> CaptureResult:
+    """Capture the turn: durable before this returns, a second capture answers ``duplicate``."""
+    result = host.capture(turn.event())
+    log.debug(
+        "framework run captured",
+        extra={"action": "framework_run_captured", "framework": turn.framework},
+    )
+    return result
+
+
+def capture_failed(host: Host, turn: Callable[[], Turn]) -> None:
+    """Capture a run the framework ended with an error, as not answered. A turn that cannot be
+    built or captured is logged, never raised: the framework's own exception is what reaches
+    the caller."""
+    try:
+        capture(host, turn())
+    except MemhonchoError as exc:
+        log.warning(
+            "the failed run could not be captured",
+            extra={"action": "framework_failed_run_not_captured", "code": exc.code},
+        )
+
+
+# ---------------------------------------------------------------------------------- content
+
+
+def joined(texts: Iterable[str], dropped: Iterable[str] = ()) -> str:
+    """The text of a multi-part message: its text parts in order, then one note per part that
+    is not text (named by kind, never by content), so memory knows something was shared."""
+    parts = [t for t in texts if t]
+    parts += [DROPPED_NOTE.format(kind=kind) for kind in dropped]
+    return PART_JOINER.join(parts)
+
+
+def unmappable(framework: str, where: str, shape: object) -> UnmappableMessage:
+    """The typed refusal of a message shape the integration does not know (only its type is
+    named: never its content)."""
+    kind = type(shape).__name__
+    if isinstance(shape, dict):
+        kind = f"dict type={str(shape.get('type') or shape.get('role'))[:40]!r}"
+    return UnmappableMessage(
+        f"memhoncho's {framework} integration cannot map {where} of shape {kind}; "
+        "nothing was written",
+        framework=framework,
+        where=where,
+        shape=kind,
+    )
+
+
+def answer_text(output: Any) -> str:
+    """A run's final output as text: a string as it is, anything structured as its JSON."""
+    if isinstance(output, str):
+        return output
+    if hasattr(output, "model_dump"):
+        output = output.model_dump(mode="json")
+    return json.dumps(output, ensure_ascii=False, default=str)
+
+
+# ----------------------------------------------------------------------- recall and prompt
+
+
+@dataclass(frozen=True)
+class RecallTool:
+    """One recall tool as a framework tool is built from it: name, description, schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+def recall_tools(host: Host) -> list[RecallTool]:
+    """The recall tools (search, chat, remember) from ``Host.tool_definitions``."""
+    return [
+        RecallTool(d["function"]["name"], d["function"]["description"], d["function"]["parameters"])
+        for d in host.tool_definitions()
+    ]
+
+
+@dataclass(frozen=True)
+class OwnerTools:
+    """The recall tools bound to one owner by the integration: the model's arguments never
+    name an owner, so it cannot reach another user's memory."""
+
+    host: Host
+    owner: str | None
+    via: str = "process"
+
+    def call(self, name: str, arguments: Any) -> dict[str, Any]:
+        """The tool's result, or ``{"error": {code, message, ...}}`` for a typed recall error:
+        the model reads the failure as a result, the run goes on."""
+        from memhoncho.recall.tools import error_payload
+
+        try:
+            return self.host.call_tool(name, arguments, owner=self.owner, via=self.via)
+        except MemhonchoError as exc:
+            return {"error": error_payload(exc)}
+
+    def call_json(self, name: str, arguments: Any) -> str:
+        """``call`` as the JSON text frameworks hand back to the model."""
+        return json.dumps(self.call(name, arguments), ensure_ascii=False, default=str)
+
+
+def prompt_text(host: Host, conversation_id: str | None) -> str:
+    """The sections as prompt text, from the local snapshot only ("" when there is none)."""
+    if conversation_id is None:
+        return ""
+    return host.sections(conversation_id).render()
