@@ -251,7 +251,44 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     _run,
                     BENCH_KEY,
                 )
+                result["postgresql"]["hints"] = _pg_hint_share(
+                    store_url, Path(tmp) / "hints", samples, REDIS_URL if use_redis else None
+                )
             finally:
                 if use_redis:
                     _clean_redis()
     return result
+
+
+def _pg_hint_share(
+    server_url: str, root: Path, samples: int, broker_url: str | None
+) -> dict[str, Any]:
+    """On PostgreSQL, the captures that publish a hint: each sample's first capture after a
+    delivery took the mark (it must publish), then one while that hint waits (it must not)."""
+    from memhoncho.bench.pg import deployment_on, scratch_database
+    from memhoncho.store.postgres import PostgresStore
+    from memhoncho.testing.config import write_api_key
+
+    with scratch_database(server_url) as url:
+        deployment = deployment_on(root, url, broker_url=broker_url, max_pending_batches=10**9)
+        write_api_key(deployment.config_dir, BENCH_KEY)
+        store = deployment.store()
+        assert isinstance(store, PostgresStore)
+        key = ids.conversation_key(CONVERSATION)
+        after_take = while_waiting = 0
+        with Host(deployment.config_dir, deployment.data_dir) as host:
+            for i in range(samples):
+                store.take_hint(key)  # as a delivery starting does
+                before = host.hints_published
+                host.capture(_run(2 * i))
+                after_take += host.hints_published - before
+                before = host.hints_published
+                host.capture(_run(2 * i + 1))
+                while_waiting += host.hints_published - before
+    return {
+        "captures_after_a_take": samples,
+        "published_after_a_take": after_take,
+        "captures_while_a_hint_waits": samples,
+        "published_while_a_hint_waits": while_waiting,
+        "share_published_while_a_hint_waits": round(while_waiting / samples, 4),
+    }

@@ -39,6 +39,7 @@ from typing import Any
 
 from memhoncho import ids
 from memhoncho.bench import redis_url
+from memhoncho.bench.deliver_brokers import _wait_idle, _without_password, kind_of
 from memhoncho.bench.deliver_naive import NAIVE_QUEUE, NAIVE_TASK
 from memhoncho.capture.host import Host
 from memhoncho.capture.record import build_record
@@ -174,26 +175,6 @@ def _distinct(standin: StandInControl, workspace: str) -> int:
     )
 
 
-def _wait_idle(broker_url: str | None, data_dir: Path, queues: list[str]) -> None:
-    """Until no task waits on the workers' queues: the arm before leaves duplicate hints the
-    next must not queue behind (each is a cheap no-op, but they share the workers)."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if broker_url:
-            import redis
-
-            client = redis.Redis.from_url(broker_url)
-            waiting = sum(int(client.llen(name)) for name in queues)
-            waiting += int(client.hlen("unacked"))
-            client.close()
-        else:  # kombu's filesystem transport names each message file after its queue
-            folder = data_dir / "broker" / "queue"
-            waiting = sum(1 for q in queues for _ in folder.glob(f"*.{q}.msg"))
-        if waiting == 0:
-            return
-        time.sleep(0.1)
-
-
 def _ledger_progress(host: Host, names: list[str]) -> Callable[[], int]:
     """Messages the conversations' ledgers say Honcho acknowledged (written after each ack)."""
     keys = [ids.conversation_key(name) for name in names]
@@ -306,12 +287,23 @@ def _naive_arm(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The arms on Redis (else the embedded broker), and with ``--broker`` on that broker too."""
     runs = getattr(args, "samples", None) or DEFAULT_RUNS
     redis = _redis_reachable()
-    broker = REFERENCE_REDIS if redis else None
+    results = measure(REFERENCE_REDIS if redis else None, runs)
+    other = getattr(args, "broker", None)
+    if other:
+        results = {"brokers": {results["broker"]: results, "rabbitmq": measure(other, runs)}}
+        results["ratio_min"] = {k: v["ratio_min"] for k, v in results["brokers"].items()}
+    return results
+
+
+def measure(broker: str | None, runs: int) -> dict[str, Any]:
+    """The three arms on one broker (None: the embedded one), the same stand-in and fleet."""
+    redis = routing.is_redis(broker)
     results: dict[str, Any] = {
-        "broker": "redis" if redis else "embedded-filesystem",
-        "broker_url": broker or "filesystem://",
+        "broker": kind_of(broker) if broker else "embedded-filesystem",
+        "broker_url": _without_password(broker) if broker else "filesystem://",
         "latency_ms": LATENCY_MS,
         "runs_per_conversation": runs,
         "messages_per_run": 2,
@@ -320,10 +312,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "(memhoncho/bench/deliver_naive.py), same workers, broker and stand-in",
         "in_flight": {},
     }
-    if redis:
+    if redis and broker:
         import redis as redis_client
 
-        redis_client.Redis.from_url(REFERENCE_REDIS).flushdb()
+        redis_client.Redis.from_url(broker).flushdb()
     with (
         _standin_process() as standin,
         tempfile.TemporaryDirectory(prefix="memhoncho-bench-deliver-") as tmp,

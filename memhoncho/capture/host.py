@@ -25,7 +25,7 @@ from memhoncho.capture import redaction
 from memhoncho.capture.hints import DeliverPublisher, HintPool, settled
 from memhoncho.capture.record import build_record, is_selected
 from memhoncho.deployment import Deployment
-from memhoncho.errors import InvalidEvent
+from memhoncho.errors import InvalidEvent, MemhonchoError
 from memhoncho.models import CaptureResult, CaptureStatus, HintOutcome, RunEvent
 from memhoncho.store import hint_marks, open_store
 from memhoncho.store.redactions import add_redactions
@@ -115,6 +115,9 @@ class Host:
         # The files of the data dir, or the database of ``store_url`` (StoreUnavailable: down).
         store = open_store(self.deployment.data_dir, current.store_url, current.store_timeout_s)
         marks = store.kind == "files"
+        # PostgreSQL claims the mark in the capture's own statement, and calls back only when
+        # it did (no hint waits); so it is asked to claim only when this host would publish.
+        publishing = marks or self._may_publish()
         appended = store.append(  # CaptureTooLarge past max_batch_bytes, encoded once
             key,
             record,
@@ -122,12 +125,17 @@ class Host:
             max_bytes=current.max_batch_bytes,
             # The hint is published while the line is fsynced (see hints.py), unless one is
             # already waiting for this conversation (store/hint_marks.py).
-            after_write=lambda: hint.append(self._hint_soon(run.conversation_id, key, marks, said)),
+            after_write=(
+                (lambda: hint.append(self._hint_soon(run.conversation_id, key, marks, said)))
+                if publishing
+                else None
+            ),
         )
         if appended.duplicate:
             return CaptureResult(status=CaptureStatus.DUPLICATE, batch_id=record["batch_id"])
-        enqueued = settled(hint[0] if hint else None)
-        outcome = said[0] if said else HintOutcome.NONE
+        # No callback from a store that claimed nothing: the hint waiting covers the record.
+        enqueued = settled(hint[0]) if hint else (publishing and not marks)
+        outcome = said[0] if said else self._unsent(publishing)
         if outcome is HintOutcome.PUBLISHED and not enqueued:
             outcome = HintOutcome.BROKER_DOWN  # failed, or no answer in time
         redactions = int(record.get("redactions", 0))
@@ -191,8 +199,8 @@ class Host:
         will see the line just written (nothing to publish), False when none is to be sent;
         what was decided is appended to ``said``.
 
-        ``marks`` False (the PostgreSQL store): hint marks are one machine's files, and the
-        worker that takes a mark may run on another machine, so every capture publishes.
+        ``marks`` False (the PostgreSQL store): the store claimed the mark (its ``hint_at``
+        column) in the capture's own statement, so this capture publishes.
         """
         tell = (said if said is not None else []).append
         if self._closed or self.deployment.api_key() is None:
@@ -200,11 +208,12 @@ class Host:
             return False
         if not marks:
             if time.monotonic() < self._broker_down_until:
+                self._release_pg_mark(key)
                 tell(HintOutcome.BROKER_DOWN)
                 return False
             self._begin_publish()  # counted now, so close() waits for it
             tell(HintOutcome.PUBLISHED)
-            return self._hints.submit(lambda: self._send(DELIVER_TASK, [conversation_id]))
+            return self._hints.submit(lambda: self._send_pg_hint(conversation_id, key))
         if not self._hinting:  # the outbox relay publishes, unless a hint already waits
             if hint_marks.claim(self.deployment.layout, key):
                 hint_marks.request_relay(self.deployment.layout, key, conversation_id)
@@ -221,6 +230,39 @@ class Host:
         self._begin_publish()  # counted now, so close() waits for it
         tell(HintOutcome.PUBLISHED)
         return self._hints.submit(lambda: self._send_hint(conversation_id, key))
+
+    def _unsent(self, publishing: bool) -> HintOutcome:
+        """What became of the hint of a capture whose store asked for none: a PostgreSQL
+        capture that found a hint waiting, or one made with no key or the broker down."""
+        if publishing:
+            return HintOutcome.WAITING
+        if self._closed or self.deployment.api_key() is None:
+            return HintOutcome.NO_KEY
+        return HintOutcome.BROKER_DOWN
+
+    def _may_publish(self) -> bool:
+        """Whether a capture now would publish a hint (a key, a broker not known down)."""
+        if self._closed or self.deployment.api_key() is None:
+            return False
+        return time.monotonic() >= self._broker_down_until
+
+    def _send_pg_hint(self, conversation_id: str, key: str) -> bool:
+        sent = self._send(DELIVER_TASK, [conversation_id])
+        if sent:
+            with self._idle:
+                self.hints_published += 1
+        else:
+            self._release_pg_mark(key)
+        return sent
+
+    def _release_pg_mark(self, key: str) -> None:
+        """No hint waits after all: the next capture must publish (the sweep re-drives)."""
+        try:
+            release = getattr(self.deployment.store(), "release_hint", None)
+            if release is not None:
+                release(key)
+        except MemhonchoError:
+            pass  # a mark left behind ages out after hint_marks.STALE_S
 
     def _send_hint(self, conversation_id: str, key: str) -> bool:
         sent = self._send(DELIVER_TASK, [conversation_id])

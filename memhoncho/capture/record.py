@@ -51,10 +51,19 @@ def split_text(text: str, limit: int) -> list[str]:
 
 
 def _check_unicode(text: str, what: str = "a text") -> None:
+    """Refuse what a store cannot hold, at validation, so both stores give the same answer.
+
+    A lone surrogate has no UTF-8 form; PostgreSQL's ``text`` and ``jsonb`` cannot hold U+0000
+    (the file store could, but a run must not be accepted on one store and refused on the
+    other, nor moved by ``store migrate`` into a database that refuses it). Encoding it instead
+    would change what Honcho receives; refusing it tells the host at once (ERR_INVALID_EVENT).
+    """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidEvent(f"{what} is not valid Unicode (lone surrogate)") from None
+    if "\x00" in text:
+        raise InvalidEvent(f"{what} holds a NUL character (U+0000), which no store can keep")
 
 
 def build_messages(
@@ -113,7 +122,12 @@ def build_record(
 
     ``redactions`` (the number of secrets replaced) is in the record only when it is not 0.
     """
-    for name, value in (("run id", event.run_id), ("owner", event.owner)):
+    named = (
+        ("conversation id", event.conversation_id),
+        ("run id", event.run_id),
+        ("owner", event.owner),
+    )
+    for name, value in named:
         if value is not None:
             _check_unicode(value, name)
     messages, digest, redactions = _build(event, max_message_length, redactor)

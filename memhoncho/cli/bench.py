@@ -26,6 +26,9 @@ def register(sub: Any) -> None:
     bench.add_argument(
         "--store", help="capture, sweep, status: also on PostgreSQL (a scratch database there)"
     )
+    bench.add_argument(
+        "--broker", help="deliver: also on this broker (amqp://...), beside Redis, in one run"
+    )
     bench.set_defaults(handler=command)
 
 

@@ -143,18 +143,10 @@ def _app(deployment: Deployment) -> Any:
 
 
 def check_broker(deployment: Deployment, app: Any) -> Check:
-    try:
-        with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_S)
-    except Exception as exc:
-        return Check(
-            "broker",
-            FAIL,
-            f"the broker is unreachable ({type(exc).__name__})",
-            f"start the broker ({_broker_name(app.conf.broker_url)}) or fix broker_url;"
-            " captures wait on disk meanwhile",
-        )
-    return Check("broker", PASS, f"the {app.conf.broker_url.split(':', 1)[0]} broker answers")
+    from memhoncho.worker import broker_check
+
+    verdict = broker_check.check(app, BROKER_TIMEOUT_S)
+    return Check("broker", PASS if verdict.ok else FAIL, verdict.detail, verdict.fix)
 
 
 def _broker_name(url: str) -> str:

@@ -78,7 +78,7 @@ def deliver_conversation(
     key = ids.conversation_key(conversation_id)
     with deployment.store().conversation_lock(key, timeout_s=0):
         # Before the outbox is read: a capture from now on hints again (store/hint_marks.py).
-        hint_marks.taken(deployment.layout, key)
+        hint_marks.taken_in(deployment.store(), deployment.layout, key)
         return _Delivery(deployment, conversation_id, key).run(max_calls)
 
 

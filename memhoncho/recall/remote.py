@@ -7,7 +7,9 @@ task expires unstarted rather than answering no one. Errors come back typed, as 
 
 from __future__ import annotations
 
+import json
 import logging
+import uuid
 from typing import Any
 
 from celery import Celery
@@ -23,6 +25,8 @@ log = logging.getLogger(__name__)
 
 RECALL_TASK = routing.RECALL_TASK  # routed to routing.RECALL_QUEUE, never behind deliveries
 QUEUE_MARGIN_S = 5.0  # seconds, on top of the tool's timeout, for the trip through the broker
+#: the namespace of remember task ids (``task_id_for``); fixed, so every host derives the same
+REMEMBER_NAMESPACE = uuid.UUID("6d656d68-6f6e-6368-6f2d-72656d656d62")
 RESULT_POLL_S = 0.05  # seconds between result checks where the backend is polled
 
 
@@ -33,9 +37,16 @@ def call_via_celery(
     tool, checked = tools.check_call(name, arguments)
     ids.peer_id(owner)
     wait_s = tool.timeout_s(deployment.settings()) + QUEUE_MARGIN_S
+    task_id = task_id_for(tool.name, checked, owner)
+    if task_id is not None:
+        _forget_failure(app, task_id)
     try:
         pending = app.send_task(
-            RECALL_TASK, args=[tool.name, checked, owner], retry=False, expires=wait_s
+            RECALL_TASK,
+            args=[tool.name, checked, owner],
+            retry=False,
+            expires=wait_s,
+            task_id=task_id,
         )
     except Exception as exc:  # the broker is down or refused the publish
         log.warning(
@@ -59,15 +70,77 @@ def call_via_celery(
             via="celery",
             unclear=True,
         ) from None
-    except Exception as exc:  # the task itself died (time limit, lost worker)
+    except Exception as exc:  # the task died (time limit, lost worker), or the results did
         raise HonchoFailure(
             f"memhoncho {tool.name}: the recall worker failed ({type(exc).__name__})",
             via="celery",
         ) from None
     finally:
-        pending.forget()
+        if task_id is None:  # a remember's answer stays: it answers the caller's retries
+            _forget(pending)
     if not isinstance(outcome, dict) or "ok" not in outcome:
         raise HonchoFailure(f"memhoncho {tool.name}: the recall worker sent no outcome")
     if outcome["ok"]:
         return dict(outcome["result"])
     raise tools.error_from_payload(outcome.get("error") or {})
+
+
+def task_id_for(name: str, checked: Any, owner: str | None) -> str | None:
+    """A remember's idempotency key: the task id derived from the call (the tool, the user,
+    the checked arguments), so a caller's retry is the same task and is stored once
+    (``results.once``). None for the read-only tools: any attempt may answer them."""
+    if name != tools.REMEMBER:
+        return None
+    call = json.dumps([name, ids.peer_id(owner), checked], sort_keys=True, default=str)
+    return str(uuid.uuid5(REMEMBER_NAMESPACE, call))
+
+
+def worker_outcome(
+    backend: Any, task_id: str, deployment: Deployment, name: str, arguments: Any, owner: str | None
+) -> dict[str, Any]:
+    """The worker's side: ``tools.outcome``, with a remember run once per task id."""
+    if name != tools.REMEMBER or not task_id:
+        return tools.outcome(deployment, name, arguments, owner)
+    from memhoncho.results import once
+
+    tool, _ = tools.check_call(name, arguments)
+    wait_s = tool.timeout_s(deployment.settings()) + QUEUE_MARGIN_S
+    late = HonchoTimeout(
+        f"memhoncho {name}: an earlier attempt of this remember is still running",
+        via="celery",
+        unclear=True,
+    )
+    return once.run_once(
+        backend,
+        task_id,
+        lambda: tools.outcome(deployment, name, arguments, owner),
+        wait_s,
+        lambda: {"ok": False, "error": tools.error_payload(late)},
+    )
+
+
+def _forget_failure(app: Celery, task_id: str) -> None:
+    """An earlier attempt's failure must not answer this retry: it is dropped, so the retry
+    waits for its own outcome (an earlier success stays: it is the answer, stored once)."""
+    try:
+        meta = app.backend.get_task_meta(task_id, cache=False)
+        answer = meta.get("result")
+        if meta.get("status") == "SUCCESS" and not (isinstance(answer, dict) and answer.get("ok")):
+            app.backend.forget(task_id)
+    except Exception as exc:  # noqa: BLE001 - the results are down: the wait below says so
+        log.debug(
+            "earlier recall answer not read",
+            extra={"action": "recall_forget_failed", "error": type(exc).__name__},
+        )
+
+
+def _forget(pending: Any) -> None:
+    """Drop the answer from the result backend; never a reason to replace the outcome (a
+    backend that keeps nothing cannot forget, one that is down keeps it until it expires)."""
+    try:
+        pending.forget()
+    except Exception as exc:  # noqa: BLE001 - bookkeeping only, the outcome stands
+        log.debug(
+            "recall result not forgotten",
+            extra={"action": "recall_forget_failed", "error": type(exc).__name__},
+        )

@@ -59,7 +59,9 @@ def honcho_host(base_url: str) -> str:
 def broker_kind(current: Settings) -> str:
     if not current.broker_url:
         return "embedded"
-    return "redis" if routing.is_redis(current.broker_url) else "other"
+    if routing.is_redis(current.broker_url):
+        return "redis"
+    return "rabbitmq" if routing.is_amqp(current.broker_url) else "other"
 
 
 def config_summary(deployment: Deployment, current: Settings) -> dict[str, Any]:
@@ -216,6 +218,29 @@ def _redis_depths(url: str, names: list[str]) -> dict[str, int]:
     return {name: sum(sizes[i * steps : (i + 1) * steps]) for i, name in enumerate(names)}
 
 
+AMQP_TIMEOUT_S = 2.0  # seconds to connect to RabbitMQ for the depths before "unreachable"
+
+
+def amqp_depths(url: str, names: list[str], timeout_s: float = AMQP_TIMEOUT_S) -> dict[str, int]:
+    """Each queue's ready messages by a passive ``queue.declare`` (AMQP itself, no management
+    plugin needed); a queue not declared yet (no worker or host used it) holds 0."""
+    import kombu
+
+    depths: dict[str, int] = {}
+    with kombu.Connection(
+        url, connect_timeout=timeout_s, transport_options={"max_retries": 0}
+    ) as conn:
+        conn.ensure_connection(max_retries=1)
+        channel = conn.channel()
+        for name in names:
+            try:
+                depths[name] = int(channel.queue_declare(name, passive=True).message_count)
+            except conn.channel_errors:  # 404: not declared; the server closed the channel
+                depths[name] = 0
+                channel = conn.channel()
+    return depths
+
+
 def _filesystem_depths(queue_dir: Path, names: list[str]) -> dict[str, int]:
     """kombu's filesystem transport names a message ``<ms>_<uuid>.<queue>.msg``."""
     depths = dict.fromkeys(names, 0)
@@ -234,6 +259,9 @@ def queues_bucket(deployment: Deployment, current: Settings) -> dict[str, Any]:
         if kind == "redis":
             assert current.broker_url is not None
             depths = _redis_depths(current.broker_url, names)
+        elif kind == "rabbitmq":
+            assert current.broker_url is not None
+            depths = amqp_depths(current.broker_url, names)
         elif kind == "embedded":
             depths = _filesystem_depths(deployment.layout.broker_dir / "queue", names)
         else:

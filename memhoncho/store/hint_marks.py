@@ -18,6 +18,11 @@ Why no record is left behind. A capture writes its line first, then looks for th
   or the relay's scan publishes again; the sweep re-drives in any case.
 Marks are not fsynced: a mark lost in a crash costs one extra hint, one that survives is stale.
 
+On the PostgreSQL store the mark is the conversation's ``hint_at`` column instead (hosts and
+workers on many machines see one mark): the capture claims it in its own statement
+(``memhoncho_append``), under the row lock its commit holds, and a delivery clears it with an
+UPDATE that waits on that lock (``taken_in``), so the reasoning above holds row for file.
+
 A capture that publishes nothing itself (``memhoncho capture``) claims the mark the same way and,
 when it created it, leaves a relay request (``state/relay/<key>``, holding the conversation id):
 the outbox relay takes the request (removes it) and then publishes. The mark stays claimed until
@@ -98,6 +103,15 @@ def taken(layout: Layout, key: str) -> None:
         mark_path(layout, key).unlink(missing_ok=True)
     except OSError:
         pass  # a mark left behind costs at most a delay of STALE_S, never a record
+
+
+def taken_in(store: object, layout: Layout, key: str) -> None:
+    """``taken`` wherever the store keeps its marks: the database's row, or this file."""
+    take = getattr(store, "take_hint", None)
+    if take is not None:
+        take(key)
+    else:
+        taken(layout, key)
 
 
 def marks(layout: Layout) -> dict[str, float]:

@@ -28,6 +28,7 @@ TABLES = (
     "memhoncho_task_results",
     "memhoncho_heartbeats",
     "memhoncho_representations",
+    "memhoncho_celery_results",
 )
 
 

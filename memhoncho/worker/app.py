@@ -30,6 +30,7 @@ TASK_SOFT_TIME_LIMIT_S = 240
 VISIBILITY_TIMEOUT_S = 3600  # Redis: an unacked task is redelivered after this
 HOST_CONNECT_TIMEOUT_S = 0.04  # the host never waits long on a broker that is down
 EMBEDDED_POLL_S = 0.1  # seconds between the filesystem broker's scans of its queue folder
+AMQP_HEARTBEAT_S = 10  # seconds: a cut connection to RabbitMQ is noticed within ~2 beats
 BEAT_EXPIRY_FRACTION = 0.9  # a beat task expires just before its next firing
 
 TASK_MODULES = ["memhoncho.worker.tasks"]
@@ -53,6 +54,26 @@ def embedded_broker(data_dir: Path) -> tuple[str, dict[str, Any]]:
         "store_processed": False,
         "polling_interval": EMBEDDED_POLL_S,
     }
+
+
+def result_backend(broker: str, data_dir: Path, store_url: str | None) -> str | type:
+    """Where Celery keeps task results (a recall's answer): where every host can poll them.
+
+    Redis keeps them beside the hints. A broker that keeps none a host can poll (RabbitMQ):
+    the PostgreSQL store when there is one (``results.celery_store``), else a folder of the
+    data directory, which every process of a file-store deployment shares already.
+    """
+    if routing.is_redis(broker):
+        return broker
+    from memhoncho.store import is_postgres
+
+    if store_url and is_postgres(store_url):
+        from memhoncho.results.celery_store import StoreResultBackend
+
+        return StoreResultBackend
+    folder = data_dir / "broker" / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"file://{folder}"
 
 
 def beat_schedule(current: Settings) -> dict[str, dict[str, Any]]:
@@ -79,11 +100,12 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
     deployment = deployment or Deployment.from_dirs()
     current = deployment.settings()
     transport_options: dict[str, Any] = {}
+    backend: str | type | None
     if current.broker_url:
         broker = current.broker_url
         if routing.is_redis(broker):
             transport_options["visibility_timeout"] = VISIBILITY_TIMEOUT_S
-        backend = broker if routing.is_redis(broker) else None
+        backend = result_backend(broker, deployment.data_dir, current.store_url)
     else:
         broker, transport_options = embedded_broker(deployment.data_dir)
         results = deployment.data_dir / "broker" / "results"
@@ -100,6 +122,11 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
         routing.MAINTENANCE_QUEUE,
     ]
     celery.conf.update(
+        # Durable queues, persistent messages. On RabbitMQ classic queues, not quorum queues:
+        # a hint is re-created from the store whenever one is lost, so replication buys
+        # nothing, while quorum queues would need per-consumer prefetch and Celery's native
+        # delayed delivery for a retry's countdown, which the direct exchange cannot take
+        # (docs/scaling-brokers.md).
         task_queues=[Queue(name, exchange, routing_key=name) for name in queue_names],
         task_default_queue=routing.MAINTENANCE_QUEUE,
         task_default_exchange="memhoncho",
@@ -119,6 +146,13 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
         task_send_sent_event=True,
         worker_hijack_root_logger=False,
         beat_schedule=beat_schedule(current),
+        # RabbitMQ: a worker whose connection is cut finishes the task it runs (a delivery is
+        # level-triggered: the redelivered hint finds nothing pending, the fence covers a send
+        # in flight) instead of abandoning it half way; heartbeats find a dead link in seconds.
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        broker_heartbeat=AMQP_HEARTBEAT_S,
+        memhoncho_store_url=current.store_url,
+        memhoncho_store_timeout_s=current.store_timeout_s,
         memhoncho_config_dir=str(deployment.config_dir),
         memhoncho_data_dir=str(deployment.data_dir),
         memhoncho_deployment=deployment.fingerprint(),  # doctor finds workers of another one
@@ -138,6 +172,17 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
                 "retry_on_timeout": False,
                 "max_retries": 0,
             }
+            # The result backend (a recall's answer) is the same Redis: without these, a
+            # recall with Redis down retried its subscription for ~19 s instead of failing.
+            celery.conf.update(
+                redis_socket_connect_timeout=HOST_CONNECT_TIMEOUT_S,
+                redis_socket_timeout=1.0,
+                redis_retry_on_timeout=False,
+                result_backend_transport_options={"retry_policy": {"max_retries": 0}},
+            )
+        elif routing.is_amqp(broker):
+            # One connection attempt: kombu's default retries a refused publish for ~2 s.
+            celery.conf.broker_transport_options = {**transport_options, "max_retries": 0}
         private_pools(celery)
     return celery
 

@@ -31,6 +31,11 @@ def is_redis(url: str | None) -> bool:
     return bool(url) and str(url).startswith(("redis://", "rediss://", "unix://"))
 
 
+def is_amqp(url: str | None) -> bool:
+    """Whether a broker URL names RabbitMQ (AMQP 0-9-1: ``amqp://``, ``amqps://``, ``pyamqp://``)."""
+    return bool(url) and str(url).startswith(("amqp://", "amqps://", "pyamqp://"))
+
+
 def partition(conversation_id: str, partitions: int) -> int:
     return zlib.crc32(conversation_id.encode("utf-8")) % partitions
 

@@ -160,9 +160,10 @@ def deliver(self: Any, conversation_id: str, **_retired: Any) -> dict[str, Any] 
 @shared_task(name=routing.RECALL_TASK, bind=True, ignore_result=False, acks_late=False)
 def recall(self: Any, name: str, arguments: dict[str, Any], owner: str | None) -> dict[str, Any]:
     """Run one recall tool for a waiting host; answers ``{"ok", "result" | "error"}``."""
-    from memhoncho.recall import tools
+    from memhoncho.recall import remote
 
-    return tools.outcome(task_context(self.app), name, arguments, owner)
+    context = task_context(self.app)
+    return remote.worker_outcome(self.backend, self.request.id, context, name, arguments, owner)
 
 
 # ---- beat: the outbox sweep and the representation refresh ------------------------------

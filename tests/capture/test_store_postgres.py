@@ -22,7 +22,7 @@ from memhoncho.models import CaptureStatus, ForkRecord, Ledger
 from memhoncho.store import close_stores, open_store
 from memhoncho.store.files import FileStore
 from memhoncho.store.migrate import migrate
-from memhoncho.store.postgres import PostgresStore
+from memhoncho.store.postgres import SCHEMA_REVISION, PostgresStore
 from memhoncho.testing.config import write_settings
 from memhoncho.testing.postgres import with_database
 from memhoncho.testing.runs import run_event
@@ -184,7 +184,7 @@ def test_an_upgrade_from_0003_adds_the_snapshot_table_and_keeps_the_state(
         behind = PostgresStore(url, connect_timeout_s=2)
         with pytest.raises(StoreSchemaBehind) as caught:
             behind.read_snapshot("k")
-        assert caught.value.details == {"found": "0003", "needed": "0004"}
+        assert caught.value.details == {"found": "0003", "needed": SCHEMA_REVISION}
         ledger = Ledger(conversation_id="k", session_id="s1", delivered_seq=3)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(
@@ -192,8 +192,8 @@ def test_an_upgrade_from_0003_adds_the_snapshot_table_and_keeps_the_state(
                 " delivered_seq, has_session) VALUES ('k', 'k', 3, %s::jsonb, 3, true)",
                 (ledger.model_dump_json(),),
             )
-        assert schema.upgrade(url) == "0004"
-        assert schema.upgrade(url) == "0004"  # again: nothing to do
+        assert schema.upgrade(url) == SCHEMA_REVISION
+        assert schema.upgrade(url) == SCHEMA_REVISION  # again: nothing to do
         store = PostgresStore(url, connect_timeout_s=2)
         assert store.read_ledger("k") == ledger
         assert store.read_snapshot("k") is None and store.snapshot_times() == {}
@@ -340,32 +340,24 @@ def test_doctor_checks_the_database_store_answers_at_the_current_schema(
     close_stores()
 
 
-def test_a_worker_woken_while_a_capture_commits_waits_for_it_and_sees_its_record(
+def test_a_capture_hints_after_its_commit_and_only_when_no_hint_waits(
     postgres_url: str, tmp_path: Path
 ) -> None:
-    import threading
-
     store = open_store(tmp_path, postgres_url)
     record = {**run_event(CONVERSATION, 0), "batch_id": "b0", "messages": []}
     seen: list[int] = []
-    waiting: list[threading.Thread] = []  # workers still waiting when the hint returned
 
-    def hint() -> None:  # published before the commit, as Host.capture does
-        waiter = threading.Thread(target=lambda: seen.append(store.newest_seq("k")))
-        waiter.start()
-        waiter.join(timeout=0.5)  # it waits on the row the capture holds...
-        if waiter.is_alive() and not seen:
-            waiting.append(waiter)
+    def hint() -> None:  # a worker woken by the hint reads the clock at once
+        seen.append(store.newest_seq("k"))
 
-    for n in range(2):  # the conversation's first capture (a new row), then a later one
-        waiting.clear()
-        seen.clear()
-        appended = store.append(
-            "k", {**record, "batch_id": f"b{n}"}, max_pending=10, after_write=hint
-        )
-        assert len(waiting) == 1, "the worker did not wait for the commit"
-        waiting[0].join(timeout=10)
-        assert seen == [appended.seq]  # ...and sees the record once it is committed
+    first = store.append("k", {**record, "batch_id": "b0"}, max_pending=10, after_write=hint)
+    assert seen == [first.seq]  # committed before the hint: the worker sees the record
+    second = store.append("k", {**record, "batch_id": "b1"}, max_pending=10, after_write=hint)
+    assert seen == [first.seq]  # the hint that waits covers it: no second publish
+    assert "k" in store.hint_marks()  # type: ignore[attr-defined]
+    store.take_hint("k")  # type: ignore[attr-defined]
+    third = store.append("k", {**record, "batch_id": "b2"}, max_pending=10, after_write=hint)
+    assert seen == [first.seq, third.seq] and second.seq == first.seq + 1  # type: ignore[operator]
 
 
 def test_a_capture_behind_a_stalled_transaction_fails_typed_instead_of_hanging(

@@ -33,6 +33,13 @@ pytestmark = pytest.mark.slow
 # The worker tests' settings on the test Redis (the stand-in and the Host come from the plugin).
 settings = test_delivery_workers.settings
 
+
+@pytest.fixture
+def broker_url(redis_url: str) -> str:
+    """Redis only: the worker tests run on both brokers; this one measures the file marks."""
+    return redis_url
+
+
 RUNS = 60
 KILLS = 40  # SIGKILLs of pool children, at random moments
 KILL_GAP_S = (0.02, 0.3)  # seconds between kills
