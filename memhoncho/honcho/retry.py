@@ -8,6 +8,8 @@ The errors it builds name no API key, no message content and nothing the server 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,6 +152,17 @@ def translate(exc: BaseException) -> MemhonchoError:
     return HonchoFailure(
         f"Unexpected failure calling Honcho ({name})", sdk_error=name, unclear=True
     )
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    """Let only memhoncho errors out; the SDK's own (which may echo content) stay inside."""
+    try:
+        yield
+    except MemhonchoError:
+        raise
+    except Exception as exc:  # every SDK failure is mapped; none escapes raw
+        raise translate(exc) from None
 
 
 def _maybe_sent(cause: BaseException | None) -> bool:

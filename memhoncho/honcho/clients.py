@@ -1,0 +1,80 @@
+"""The process's Honcho clients: which Honcho (``HonchoTarget``), one client per purpose.
+
+Clients are built lazily per process (never at import time, never shared across a fork) with
+``max_retries=0``: memhoncho owns retries (``retry.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from honcho import Honcho
+
+
+@dataclass(frozen=True)
+class HonchoTarget:
+    """Which Honcho, as whom, in which workspace. The key never shows in its repr."""
+
+    base_url: str
+    api_key: str = field(repr=False)
+    workspace_id: str
+    timeout_s: float = 30.0
+
+
+_clients_lock = threading.Lock()
+_clients: dict[tuple[Any, ...], tuple[HonchoTarget, Honcho]] = {}
+_clients_pid: int | None = None
+
+
+def write_client(target: HonchoTarget) -> Honcho:
+    """The process's client for writes: ``max_retries=0``, since memhoncho owns retries."""
+    return _client("write", target, target.timeout_s)
+
+
+def read_client(target: HonchoTarget, timeout_s: float | None = None) -> Honcho:
+    """The process's client for reads (also ``max_retries=0``), with its own timeout."""
+    return _client("read", target, timeout_s if timeout_s is not None else target.timeout_s)
+
+
+def _client(kind: str, target: HonchoTarget, timeout_s: float) -> Honcho:
+    # One client per process and purpose: rebuilt after a fork (a child must not share
+    # the parent's connections) and when the target changes (a key rotated live).
+    global _clients_pid
+    slot = (kind, target.base_url, target.workspace_id, timeout_s)
+    with _clients_lock:
+        if _clients_pid != os.getpid():
+            _clients.clear()  # the parent's: dropped, never closed from here
+            _clients_pid = os.getpid()
+        cached = _clients.get(slot)
+        if cached is not None and cached[0] == target:
+            return cached[1]
+        client = Honcho(
+            api_key=target.api_key,
+            base_url=target.base_url,
+            workspace_id=target.workspace_id,
+            timeout=timeout_s,
+            max_retries=0,
+        )
+        _clients[slot] = (target, client)
+    if cached is not None:
+        _close(cached[1])
+    return client
+
+
+def close_clients() -> None:
+    """Close this process's cached clients (worker shutdown, tests); new ones build lazily."""
+    with _clients_lock:
+        stale = [client for _, client in _clients.values()] if _clients_pid == os.getpid() else []
+        _clients.clear()
+    for client in stale:
+        _close(client)
+
+
+def _close(client: Honcho) -> None:
+    try:
+        client._http.close()
+    except Exception:  # closing a stale client must never fail a call
+        pass
