@@ -2,13 +2,14 @@
 
 The rest of memhoncho imports this module only; behind it, by concept: ``clients`` (which
 Honcho, one client per process and purpose), ``sessions`` (sessions and their messages),
-``peers`` (search, dialectic, conclusions, representation) and ``retry`` (every failure as a
-memhoncho error, and what to do about it).
+``peers`` (search, dialectic, conclusions, representation), ``deadline`` (one deadline for a
+whole request) and ``retry`` (every failure as a memhoncho error, and what to do about it).
 """
 
 from __future__ import annotations
 
 from memhoncho.honcho.clients import HonchoTarget, close_clients, read_client, write_client
+from memhoncho.honcho.deadline import send_by
 from memhoncho.honcho.peers import (
     MAX_SEARCH_LIMIT,
     ReasoningLevel,
@@ -17,7 +18,14 @@ from memhoncho.honcho.peers import (
     representation,
     search_user_messages,
 )
-from memhoncho.honcho.retry import RetryDecision, backoff_s, classify, proves_refusal
+from memhoncho.honcho.retry import (
+    RetryDecision,
+    backoff_s,
+    classify,
+    never_sent,
+    proves_nothing_stored,
+    proves_refusal,
+)
 from memhoncho.honcho.sessions import (
     AGENT_PEER_CONFIG,
     FILTER_CHUNK,
@@ -61,10 +69,13 @@ __all__ = [
     "find_outbox_ids",
     "find_sessions",
     "list_messages",
+    "never_sent",
+    "proves_nothing_stored",
     "proves_refusal",
     "read_client",
     "representation",
     "search_user_messages",
+    "send_by",
     "session_context",
     "session_metadata",
     "session_peer_ids",

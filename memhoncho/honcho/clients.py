@@ -1,7 +1,8 @@
 """The process's Honcho clients: which Honcho (``HonchoTarget``), one client per purpose.
 
 Clients are built lazily per process (never at import time, never shared across a fork) with
-``max_retries=0``: memhoncho owns retries (``retry.py``).
+``max_retries=0``: memhoncho owns retries (``retry.py``). Their HTTP goes through
+``DeadlineTransport``: the timeout bounds each request as a whole (``deadline.py``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 from honcho import Honcho
+
+from memhoncho.honcho.deadline import DeadlineTransport
 
 
 @dataclass(frozen=True)
@@ -25,7 +29,7 @@ class HonchoTarget:
 
 
 _clients_lock = threading.Lock()
-_clients: dict[tuple[Any, ...], tuple[HonchoTarget, Honcho]] = {}
+_clients: dict[tuple[Any, ...], tuple[HonchoTarget, Honcho, httpx.Client]] = {}
 _clients_pid: int | None = None
 
 
@@ -51,30 +55,33 @@ def _client(kind: str, target: HonchoTarget, timeout_s: float) -> Honcho:
         cached = _clients.get(slot)
         if cached is not None and cached[0] == target:
             return cached[1]
+        # The SDK builds full URLs itself and gives every request this timeout.
+        http = httpx.Client(transport=DeadlineTransport(), timeout=timeout_s)
         client = Honcho(
             api_key=target.api_key,
             base_url=target.base_url,
             workspace_id=target.workspace_id,
             timeout=timeout_s,
             max_retries=0,
+            http_client=http,
         )
-        _clients[slot] = (target, client)
+        _clients[slot] = (target, client, http)
     if cached is not None:
-        _close(cached[1])
+        _close(cached[2])
     return client
 
 
 def close_clients() -> None:
     """Close this process's cached clients (worker shutdown, tests); new ones build lazily."""
     with _clients_lock:
-        stale = [client for _, client in _clients.values()] if _clients_pid == os.getpid() else []
+        stale = [http for _, _, http in _clients.values()] if _clients_pid == os.getpid() else []
         _clients.clear()
-    for client in stale:
-        _close(client)
+    for http in stale:
+        _close(http)
 
 
-def _close(client: Honcho) -> None:
+def _close(http: httpx.Client) -> None:
     try:
-        client._http.close()
+        http.close()  # the SDK closes only a client it built itself
     except Exception:  # closing a stale client must never fail a call
         pass

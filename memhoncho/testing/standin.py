@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from memhoncho.testing.standin_control import CONTROL_PREFIX, StandInControl
-from memhoncho.testing.standin_faults import Fault, FaultPlan
+from memhoncho.testing.standin_faults import Fault, FaultPlan, write_trickled
 from memhoncho.testing.standin_state import ApiError
 from memhoncho.testing.standin_store import HonchoStore
 
@@ -88,6 +88,7 @@ class _Answer:
         self.raw = raw if raw is not None else json.dumps(payload).encode()
         self.content_type = content_type
         self.headers = headers or {}
+        self.trickle_s = 0.0  #: seconds the body takes to go out (the "trickle" fault)
 
 
 class _Server(ThreadingHTTPServer):
@@ -151,7 +152,7 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in answer.headers.items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(answer.raw)
+        write_trickled(self.wfile.write, answer.raw, answer.trickle_s, standin._stopping.wait)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
@@ -332,6 +333,10 @@ class HonchoStandIn:
             self._stopping.wait(fault.sleep_s)
             self._authorized(method, path, query, body, headers)
             return None
+        if fault is not None and fault.kind == "trickle":
+            answer = self._authorized(method, path, query, body, headers)
+            answer.trickle_s = fault.sleep_s
+            return answer
         if fault is not None and not fault.commits:
             return self._strike(fault)
         answer = self._authorized(method, path, query, body, headers)
