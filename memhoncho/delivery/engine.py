@@ -33,7 +33,7 @@ from memhoncho.errors import HonchoFailure, MemhonchoError
 from memhoncho.honcho import adapter
 from memhoncho.models import Ledger
 from memhoncho.settings import Settings
-from memhoncho.store import hint_marks
+from memhoncho.store import hint_marks, parked
 from memhoncho.store.base import Record
 
 if TYPE_CHECKING:
@@ -81,7 +81,9 @@ def deliver_conversation(
     with deployment.store().conversation_lock(key, timeout_s=0):
         # Before the outbox is read: a capture from now on hints again (store/hint_marks.py).
         hint_marks.taken(deployment.layout, key)
-        return _Delivery(deployment, conversation_id, key).run(max_calls)
+        report = _Delivery(deployment, conversation_id, key).run(max_calls)
+        parked.unpark(deployment.layout, key)  # it ended well (a failure raised)
+        return report
 
 
 def failures_in_a_row(deployment: Deployment, conversation_id: str) -> int:
@@ -348,13 +350,15 @@ class _Delivery:
 
     def _record_failure(self, exc: MemhonchoError) -> None:
         """Keep the failure (and the current mark) in the ledger; never raise over ``exc``."""
-        error = {"code": exc.code, "message": exc.message, "at": time.time()}
+        now = time.time()
+        error: dict[str, Any] = {"code": exc.code, "message": exc.message, "at": now}
         status = getattr(exc, "status", None)
         if status is not None:
             error["status"] = status
         update: dict[str, Any] = {"last_error": error}
         if isinstance(exc, HonchoFailure):
             update["failures"] = self.ledger.failures + 1
+            parked.park(self.deployment.layout, self.key, exc.code, now)
         try:
             self.ledger = self.ledger.model_copy(update=update)
             self.store.write_ledger(self.key, self.ledger)

@@ -2,12 +2,14 @@
 
 The view's buckets say what memhoncho holds and whether each source could be read; this says
 whether delivery is going well, from the figures an operator would otherwise combine by hand:
-consecutive task failures, the age of the oldest pending record, live beats and which queues a
-live worker consumes. The worst finding wins; every finding is a reason.
+consecutive task failures, conversations parked by Honcho failures (since when, and why), the
+age of the oldest pending record, live beats and which queues a live worker consumes. The worst
+finding wins; every finding is a reason.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from memhoncho.settings import Settings
@@ -29,6 +31,7 @@ def _worst(found: list[tuple[str, str]]) -> str:
 def verdict(view: dict[str, Any], current: Settings) -> dict[str, Any]:
     """``{"verdict": ..., "reasons": [...]}`` for a status view built with ``current``."""
     found: list[tuple[str, str]] = []
+    found += _parked(view.get("parked") or {}, view.get("outbox") or {}, view.get("generated_at"))
     found += _failures(view.get("tasks") or {})
     found += _pending(view.get("outbox") or {}, current)
     found += _consumers(view.get("tasks") or {}, view.get("queues") or {})
@@ -51,6 +54,28 @@ def _failures(tasks: dict[str, Any]) -> list[tuple[str, str]]:
             code = task.get("last_error_code") or task.get("last_error_type") or "unknown error"
             found.append((FAILING, f"{name} failed {failures} times in a row (last: {code})"))
     return found
+
+
+def _parked(
+    parked: dict[str, Any], outbox: dict[str, Any], now: float | None
+) -> list[tuple[str, str]]:
+    """Failing while a conversation's deliveries keep failing on Honcho, from the first of its
+    failures until every parked conversation has delivered (``store/parked.py``)."""
+    count = parked.get("conversations") or 0
+    since = parked.get("since")
+    if not count or not isinstance(since, int | float) or outbox.get("conversations_pending") == 0:
+        return []  # nothing waits on Honcho (a park outliving its delivery is moot)
+    if (parked.get("most_failures") or 0) < FAILING_AFTER:
+        return []  # a retry or two is ordinary weather
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
+    ago = f" ({max(0.0, now - since):.0f} s ago)" if isinstance(now, int | float) else ""
+    return [
+        (
+            FAILING,
+            f"{count} conversation(s) cannot deliver: failing since {at}{ago},"
+            f" last error {parked.get('last_code') or 'unknown'}",
+        )
+    ]
 
 
 def _pending(outbox: dict[str, Any], current: Settings) -> list[tuple[str, str]]:

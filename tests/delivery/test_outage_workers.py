@@ -24,6 +24,7 @@ from memhoncho import ids
 from memhoncho.capture.host import Host
 from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
+from memhoncho.status.view import status_view
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
@@ -138,13 +139,23 @@ def outage(
         while time.monotonic() < ends:
             capture_round()
             time.sleep(min(CAPTURE_GAP_S, max(0.0, ends - time.monotonic())))
+        failing = status_view(Deployment(config_dir, data_dir))["health"]
         standin.start()
         recovery_s = wait_held(standin, workspace_id, 2 * sum(runs.values()), RECOVERY_S)
         time.sleep(1.0)  # a duplicate, if any, would land now
+        healed = status_view(Deployment(config_dir, data_dir))
     print(f"outage={outage_s:.0f}s captured={2 * sum(runs.values())} recovery_s={recovery_s:.1f}")
     assert_complete_in_order_once(standin, workspace_id, runs)
     audited = run_audit(config_dir, data_dir)
     assert audited.returncode == 0, audited.stdout[-3000:]
+    # The status said since when and why, and no longer does once the parked ones delivered.
+    assert failing["verdict"] == "failing", failing
+    assert any(
+        "cannot deliver: failing since" in r and r.endswith("ERR_HONCHO_UNREACHABLE")
+        for r in failing["reasons"]
+    ), failing
+    assert healed["parked"]["conversations"] == 0, healed["parked"]
+    assert healed["health"]["verdict"] != "failing", healed["health"]
     return recovery_s
 
 
