@@ -142,7 +142,10 @@ def write_trickled(
 ) -> None:
     """Write ``raw`` in ``TRICKLE_PIECES`` parts with ``total_s`` spread between them, so no
     gap is long while the whole is (``wait`` sleeps, returning early when the server stops)."""
-    pieces = max(1, min(TRICKLE_PIECES, len(raw)))
+    if not total_s or len(raw) < 2:
+        write(raw)
+        return
+    pieces = min(TRICKLE_PIECES, len(raw))
     size = -(-len(raw) // pieces)  # ceiling division
     for start in range(0, len(raw), size):
         if start:
