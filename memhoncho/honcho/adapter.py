@@ -9,7 +9,7 @@ whole request) and ``retry`` (every failure as a memhoncho error, and what to do
 from __future__ import annotations
 
 from memhoncho.honcho.clients import HonchoTarget, close_clients, read_client, write_client
-from memhoncho.honcho.deadline import send_by
+from memhoncho.honcho.deadline import environment_proxy, send_by
 from memhoncho.honcho.peers import (
     MAX_SEARCH_LIMIT,
     ReasoningLevel,
@@ -66,6 +66,7 @@ __all__ = [
     "close_clients",
     "create_conclusion",
     "ensure_session",
+    "environment_proxy",
     "find_outbox_ids",
     "find_sessions",
     "list_messages",

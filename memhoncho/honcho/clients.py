@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from honcho import Honcho
 
-from memhoncho.honcho.deadline import DeadlineTransport
+from memhoncho.honcho.deadline import DeadlineTransport, environment_proxy
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,8 @@ def _client(kind: str, target: HonchoTarget, timeout_s: float) -> Honcho:
         if cached is not None and cached[0] == target:
             return cached[1]
         # The SDK builds full URLs itself and gives every request this timeout.
-        http = httpx.Client(transport=DeadlineTransport(), timeout=timeout_s)
+        transport = DeadlineTransport(proxy=environment_proxy(target.base_url))
+        http = httpx.Client(transport=transport, timeout=timeout_s)
         client = Honcho(
             api_key=target.api_key,
             base_url=target.base_url,

@@ -15,9 +15,11 @@ from __future__ import annotations
 import ssl
 import time
 import typing
+import urllib.request
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from urllib.parse import urlsplit
 
 import httpcore
 import httpx
@@ -46,13 +48,18 @@ def send_by(wall_time: float) -> Iterator[None]:
 class DeadlineTransport(httpx.BaseTransport):
     """An HTTP transport (httpcore's pool, as httpx's own) whose requests end by a deadline."""
 
-    def __init__(self, limits: httpx.Limits = LIMITS) -> None:
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=_DeadlineBackend(httpcore.SyncBackend()),
+    def __init__(self, limits: httpx.Limits = LIMITS, proxy: str | None = None) -> None:
+        options: dict[str, typing.Any] = {
+            "ssl_context": httpx.create_ssl_context(),
+            "max_connections": limits.max_connections,
+            "max_keepalive_connections": limits.max_keepalive_connections,
+            "keepalive_expiry": limits.keepalive_expiry,
+            "network_backend": _DeadlineBackend(httpcore.SyncBackend()),
+        }
+        self._pool: httpcore.ConnectionPool = (
+            httpcore.HTTPProxy(proxy_url=proxy, **options)
+            if proxy
+            else httpcore.ConnectionPool(**options)
         )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -89,6 +96,18 @@ class DeadlineTransport(httpx.BaseTransport):
 
     def close(self) -> None:
         self._pool.close()
+
+
+def environment_proxy(url: str) -> str | None:
+    """The HTTP proxy the environment names for ``url`` (``HTTPS_PROXY``, ``HTTP_PROXY``,
+    ``ALL_PROXY``, less ``NO_PROXY``), as httpx's own client would take it: a transport of
+    one's own turns httpx's lookup off, so the clients ask here."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
 
 
 def _deadline_of(request: httpx.Request) -> float | None:

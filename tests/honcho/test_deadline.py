@@ -94,3 +94,22 @@ def test_a_refused_connection_is_a_request_that_never_reached_honcho(
         standin.start()  # the same port: the client reaches it again
     assert adapter.add_messages(client, "s1", [OutgoingMessage("ana", "again")])
     assert [m["content"] for m in standin.messages(workspace_id, "s1")] == ["again"]
+
+
+def test_the_environments_proxy_carries_the_clients_requests(
+    standin: HonchoStandIn, workspace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transport of one's own turns httpx's proxy lookup off; the clients do it instead."""
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", standin.url)
+    monkeypatch.setenv("http_proxy", standin.url)
+    unreachable = "http://honcho.invalid"  # reachable only through the proxy
+    assert adapter.environment_proxy(unreachable) == standin.url
+    client = adapter.write_client(HonchoTarget(unreachable, "k", workspace_id, TIMEOUT_S))
+    adapter.ensure_session(client, "s1", "ana", "agent")
+    assert adapter.add_messages(client, "s1", [OutgoingMessage("ana", "via the proxy")])
+    assert [m["content"] for m in standin.messages(workspace_id, "s1")] == ["via the proxy"]
+    monkeypatch.setenv("NO_PROXY", "honcho.invalid")
+    monkeypatch.setenv("no_proxy", "honcho.invalid")
+    assert adapter.environment_proxy(unreachable) is None
