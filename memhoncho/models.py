@@ -97,6 +97,17 @@ class CaptureResult(BaseModel):
 
 #: how a forked conversation's session began: a clone of the parent at an anchor, or fresh
 #: because the anchor left the window, the parent had nothing, was unknown, or never came
+class ForkRecord(BaseModel):
+    """A fork the host announced whose Honcho session is not established yet (``store.forks``)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)  # built on first use
+
+    parent_id: str
+    child_id: str
+    at_entry: int
+    created_at: float  #: wall-clock seconds; the parent-wait bound counts from here
+
+
 ForkOutcome = Literal["clone", "none-window", "none-empty", "none-unknown-parent", "none-timeout"]
 
 

@@ -12,6 +12,7 @@ BENCHMARKS: dict[str, str] = {
     "capture": "memhoncho.bench.capture",
     "cli": "memhoncho.bench.cli",
     "deliver": "memhoncho.bench.deliver",
+    "mcp": "memhoncho.bench.mcp",
     "recall": "memhoncho.bench.recall",
     "status": "memhoncho.bench.status",
     "sweep": "memhoncho.bench.sweep",

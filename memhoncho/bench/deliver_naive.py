@@ -26,7 +26,7 @@ def naive_deliver(session_id: str, user_peer_id: str, messages: list[dict[str, A
     """Store one run's messages: the session once per process, then one add_messages."""
     import os
 
-    deployment = task_context()
+    deployment = task_context(app)
     agent = deployment.settings().agent_peer_id
     client = adapter.write_client(deployment.honcho_target())
     if (os.getpid(), session_id) not in _sessions:

@@ -21,7 +21,7 @@ from typing import Any
 
 from memhoncho import ids
 from memhoncho.bench.broker import _percentile
-from memhoncho.bench.sweep import bench_record
+from memhoncho.bench.records import bench_record
 from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
 from memhoncho.testing.config import write_settings

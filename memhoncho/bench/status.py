@@ -20,7 +20,7 @@ from memhoncho.bench.broker import _percentile
 from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
 from memhoncho.status.view import StatusReader
-from memhoncho.store.outbox import encode_line
+from memhoncho.store.lines import encode_line
 
 CONVERSATIONS = 10_000
 PENDING_EVERY = 3  # one conversation in this many has undelivered records

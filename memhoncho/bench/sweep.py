@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from memhoncho import ids
+from memhoncho.bench.records import bench_record
 from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
 from memhoncho.store.ledger import write_ledger
-from memhoncho.store.outbox import encode_line
+from memhoncho.store.lines import encode_line
 from memhoncho.upkeep.sweep import sweep
 
 SIZES = (1_000, 10_000, 100_000)  # records in the data directory
@@ -40,29 +41,6 @@ GOAL_EXPONENT = 1.1
 def _record(conversation: str, seq: int, now: float) -> dict[str, Any]:
     text = ("lorem ipsum " * (TEXT_CHARS // 12 + 1))[:TEXT_CHARS]
     return {"seq": seq, **bench_record(conversation, seq, now, text)}
-
-
-def bench_record(conversation: str, seq: int, now: float, text: str) -> dict[str, Any]:
-    """A captured run of two messages as the benches load it (``bench pg`` too); no seq."""
-    batch = f"b{conversation}{seq:07d}"
-    return {
-        "batch_id": batch,
-        "conversation_id": conversation,
-        "owner": "bench-user",
-        "user_peer_id": "bench-user",
-        "run_id": f"r{seq}",
-        "captured_at": now,
-        "messages": [
-            {"id": f"{batch}-0", "role": "user", "entry_id": seq * 2, "text": text, "meta": {}},
-            {
-                "id": f"{batch}-1",
-                "role": "agent",
-                "entry_id": seq * 2 + 1,
-                "text": text,
-                "meta": {},
-            },
-        ],
-    }
 
 
 def _build(

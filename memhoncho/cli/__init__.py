@@ -497,6 +497,9 @@ def _build_parser() -> argparse.ArgumentParser:
     health.add_argument("--port", type=int, default=8765, help="the status server's port")
     health.set_defaults(handler=_cmd_healthcheck)
     _add_store_commands(sub)
+    from memhoncho.integrations.mcp import command as mcp_command  # loads no MCP SDK
+
+    mcp_command.register(sub)
     for command in sub.choices.values():
         _global_options(command)
     return parser

@@ -18,20 +18,18 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import ValidationError
 
 from memhoncho.models import Ledger
 from memhoncho.status import census_file as summary_file
+from memhoncho.status.listing import count_lines, list_inodes, list_stats, open_dir, reason
 from memhoncho.store.atomic import write_bytes
+from memhoncho.store.base import Census
 from memhoncho.store.layout import Layout
-from memhoncho.store.outbox import parse
-
-T = TypeVar("T")
+from memhoncho.store.lines import parse
 
 # Integer columns of a row, then float columns (NaN means "none").
 INT_COLUMNS = (
@@ -55,82 +53,6 @@ def cache_path(layout: Layout) -> Path:
 
 def _new_row() -> Row:
     return [0] * len(INT_COLUMNS) + [NAN, NAN]
-
-
-def _reason(exc: OSError) -> str:
-    return exc.strerror or type(exc).__name__
-
-
-@dataclass
-class Census:
-    """What the store holds now. Each ``*_errors`` list names files that could not be read."""
-
-    conversations: int = 0
-    pending_batches: int = 0
-    pending_messages: int = 0
-    oldest_pending_at: float | None = None
-    conversations_pending: int = 0
-    corrupt_outbox_lines: int = 0  #: seen, not yet quarantined by the outbox
-    outbox_errors: list[str] = field(default_factory=list)
-    upper_bound_conversations: int = 0  #: pending counted from 0 because the ledger is bad
-    ledgers: int = 0
-    sessions: int = 0
-    newest_delivery_at: float | None = None
-    ledger_errors: list[str] = field(default_factory=list)
-    dead_files: int = 0
-    dead_records: int = 0
-    dead_errors: list[str] = field(default_factory=list)
-    quarantine_files: int = 0
-    quarantined_lines: int = 0
-    quarantine_errors: list[str] = field(default_factory=list)
-
-
-def _list(
-    directory: Path, suffix: str, read: Callable[[os.DirEntry[str]], T]
-) -> tuple[dict[str, T], str | None]:
-    """``{name without suffix: read(entry)}``; the reason when the directory cannot be listed."""
-    found: dict[str, T] = {}
-    cut = len(suffix)
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                name = entry.name
-                if name.endswith(suffix) and not name.startswith("."):
-                    try:
-                        found[name[:-cut]] = read(entry)
-                    except FileNotFoundError:
-                        continue  # removed while listing
-    except FileNotFoundError:
-        return {}, None
-    except OSError as exc:
-        return {}, f"cannot list {directory.name}/ ({_reason(exc)})"
-    return found, None
-
-
-def _list_stats(directory: Path, suffix: str) -> tuple[dict[str, os.stat_result], str | None]:
-    """``{name without suffix: stat}``."""
-    return _list(directory, suffix, os.DirEntry.stat)
-
-
-def _list_inodes(directory: Path, suffix: str) -> tuple[dict[str, int], str | None]:
-    """``{name without suffix: inode}`` from the listing alone (no stat)."""
-    return _list(directory, suffix, os.DirEntry.inode)
-
-
-def _open_dir(directory: Path) -> int:
-    """A descriptor of ``directory`` (stats relative to it skip the path walk); -1 if none."""
-    try:
-        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return -1
-
-
-def _count_lines(path: Path) -> int:
-    count = 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            count += chunk.count(b"\n")
-    return count
 
 
 class SummaryCache:
@@ -182,7 +104,7 @@ class SummaryCache:
             row[LAST] = NAN
             return
         except OSError as exc:
-            errors.append(f"cannot read ledger {path.name} ({_reason(exc)})")
+            errors.append(f"cannot read ledger {path.name} ({reason(exc)})")
             row[L_STATE] = BAD
             return
         except (ValidationError, ValueError):
@@ -204,7 +126,7 @@ class SummaryCache:
             row[O_STATE] = ABSENT
             return
         except OSError as exc:
-            errors.append(f"cannot read outbox {path.name} ({_reason(exc)})")
+            errors.append(f"cannot read outbox {path.name} ({reason(exc)})")
             row[O_STATE] = BAD
             return
         parsed = parse(data)
@@ -275,7 +197,7 @@ class SummaryCache:
 
     def _line_files(self, directory: Path, tag: str) -> tuple[int, int, list[str]]:
         """(files, lines, errors) of the dead-letter or quarantine directory, by a byte count."""
-        stats, error = _list_stats(directory, ".jsonl")
+        stats, error = list_stats(directory, ".jsonl")
         errors = [error] if error else []
         total = 0
         seen = set()
@@ -286,9 +208,9 @@ class SummaryCache:
             cached = self._lines.get(slot)
             if cached is None or cached[:3] != stamp:
                 try:
-                    cached = [*stamp, _count_lines(directory / f"{name}.jsonl")]
+                    cached = [*stamp, count_lines(directory / f"{name}.jsonl")]
                 except OSError as exc:
-                    errors.append(f"cannot read {name}.jsonl ({_reason(exc)})")
+                    errors.append(f"cannot read {name}.jsonl ({reason(exc)})")
                     self._lines.pop(slot, None)
                     continue
                 self._lines[slot] = cached
@@ -304,8 +226,8 @@ class SummaryCache:
     def census(self) -> Census:
         rows = self._load()
         out = Census()
-        outboxes, outbox_error = _list_stats(self.layout.outbox_dir, ".jsonl")
-        ledgers, ledger_error = _list_inodes(self.layout.ledger_dir, ".json")
+        outboxes, outbox_error = list_stats(self.layout.outbox_dir, ".jsonl")
+        ledgers, ledger_error = list_inodes(self.layout.ledger_dir, ".json")
         out.outbox_errors = [outbox_error] if outbox_error else []
         out.ledger_errors = [ledger_error] if ledger_error else []
         keys = outboxes.keys() | ledgers.keys()
@@ -313,7 +235,7 @@ class SummaryCache:
             del rows[gone]
             self._totals = None
             self._changed = True
-        ledger_fd = _open_dir(self.layout.ledger_dir) if ledgers else -1
+        ledger_fd = open_dir(self.layout.ledger_dir) if ledgers else -1
         rows_changed = False
         try:
             for key in keys:

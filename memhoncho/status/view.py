@@ -19,8 +19,8 @@ from memhoncho import results
 from memhoncho.deployment import Deployment
 from memhoncho.settings import Settings
 from memhoncho.status import health, render
-from memhoncho.status.census import Census
 from memhoncho.store import parked
+from memhoncho.store.base import Census
 from memhoncho.worker import routing
 
 BROKER_TIMEOUT_S = 0.5  # seconds; a broker that is down answers "degraded", not a hang

@@ -23,15 +23,11 @@ import abc
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from memhoncho.models import ForkDecision, Ledger, Record, Snapshot
+from memhoncho.models import ForkDecision, ForkRecord, Ledger, Record, Snapshot
 
-if TYPE_CHECKING:
-    from memhoncho.status.census import Census
-    from memhoncho.store.forks import ForkRecord
-
-__all__ = ["Appended", "Record", "Seen", "Store", "SweepListing"]
+__all__ = ["Appended", "BeforeReplace", "Census", "Record", "Seen", "Store", "SweepListing"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +37,33 @@ class Appended:
     duplicate: bool
     seq: int | None = None
 
+
+@dataclass
+class Census:
+    """What the store holds now. Each ``*_errors`` list names files that could not be read."""
+
+    conversations: int = 0
+    pending_batches: int = 0
+    pending_messages: int = 0
+    oldest_pending_at: float | None = None
+    conversations_pending: int = 0
+    corrupt_outbox_lines: int = 0  #: seen, not yet quarantined by the outbox
+    outbox_errors: list[str] = field(default_factory=list)
+    upper_bound_conversations: int = 0  #: pending counted from 0 because the ledger is bad
+    ledgers: int = 0
+    sessions: int = 0
+    newest_delivery_at: float | None = None
+    ledger_errors: list[str] = field(default_factory=list)
+    dead_files: int = 0
+    dead_records: int = 0
+    dead_errors: list[str] = field(default_factory=list)
+    quarantine_files: int = 0
+    quarantined_lines: int = 0
+    quarantine_errors: list[str] = field(default_factory=list)
+
+
+#: ``rewrite``'s hook, given the records it drops before they leave the outbox
+BeforeReplace = Callable[[list[Record]], None]
 
 #: what a listing may have read of a conversation already: its ledger, first and last record
 #: (the last one for its ``seq`` only)
@@ -111,7 +134,7 @@ class Store(abc.ABC):
         self,
         key: str,
         keep: Callable[[Record], bool],
-        before_replace: Callable[[list[Record]], None] | None = None,
+        before_replace: BeforeReplace | None = None,
     ) -> tuple[list[Record], list[Record]]:
         """Keep the records ``keep`` accepts; (kept, dropped). ``before_replace(dropped)`` runs
         before they leave, so a crash between leaves a record in both places, never neither."""

@@ -1,6 +1,6 @@
 """Dead letters: ``data/dead/<conversation>.jsonl``, records retention took out of the outbox.
 
-Lines use the outbox's format (checksum, space, JSON), so ``outbox.parse`` reads them and a
+Lines use the outbox's format (checksum, space, JSON), so ``lines.parse`` reads them and a
 torn or corrupt line never hides the good ones. Each record keeps every field it had in the
 outbox plus ``dead_at`` and ``dead_reason``. The dead-letter lock serializes the sweep's
 appends and replay's removals of one file; neither is ever held across a network call.
@@ -15,10 +15,11 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import cast
 
+from memhoncho.models import Record
 from memhoncho.store.atomic import append_durably, fsync_dir, write_bytes
 from memhoncho.store.layout import Layout, keys_in
+from memhoncho.store.lines import encode_line, parse
 from memhoncho.store.locks import file_lock
-from memhoncho.store.outbox import Record, encode_line, parse
 
 DEAD_FIELDS = ("dead_at", "dead_reason")  # added when a record dies, removed on replay
 OUTBOX_ONLY_FIELDS = ("seq",)  # assigned again by the outbox on replay

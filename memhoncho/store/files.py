@@ -13,22 +13,18 @@ import os
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memhoncho.errors import CorruptFile
-from memhoncho.models import ForkDecision, Ledger, Snapshot
+from memhoncho.models import ForkDecision, ForkRecord, Ledger, Snapshot
 from memhoncho.store import deadletters, peek, sweep_index
 from memhoncho.store import forks as fork_files
 from memhoncho.store.atomic import fsync_dir, read_model, write_bytes, write_json
-from memhoncho.store.base import Appended, Record, Store, SweepListing
+from memhoncho.store.base import Appended, Census, Record, Store, SweepListing
 from memhoncho.store.layout import Layout, keys_in
 from memhoncho.store.ledger import LedgerCache, read_ledger, write_ledger
 from memhoncho.store.locks import file_lock
 from memhoncho.store.outbox import Outbox
-
-if TYPE_CHECKING:
-    from memhoncho.status.census import Census
-    from memhoncho.store.forks import ForkRecord
 
 
 class FileStore(Store):

@@ -15,10 +15,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
-
 from memhoncho.errors import MemhonchoError
-from memhoncho.models import ForkDecision
+from memhoncho.models import ForkDecision, ForkRecord
 from memhoncho.store.atomic import (
     append_durably,
     fsync_dir,
@@ -34,17 +32,6 @@ if TYPE_CHECKING:
 DECISIONS_FILE = "decisions.jsonl"
 CLONING_DIR = "cloning"
 RECENT_DECISIONS = 10  # decisions listed in the status view
-
-
-class ForkRecord(BaseModel):
-    """What the host said about one fork."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)  # built on first use
-
-    parent_id: str
-    child_id: str
-    at_entry: int
-    created_at: float  #: wall-clock seconds; the parent-wait bound counts from here
 
 
 def decisions_path(layout: Layout) -> Path:

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from memhoncho.store.outbox import Record, decode_line
+from memhoncho.models import Record
+from memhoncho.store.lines import decode_line
 
 CHUNK_BYTES = 64 * 1024  # bytes read per step while looking for a line boundary
 MAX_LINE_BYTES = 64 * 1024 * 1024  # a line longer than this is not looked at here

@@ -10,151 +10,22 @@ Drive it from Python (``honcho.faults.add(...)``) or, from another process, over
 from __future__ import annotations
 
 import json
-import re
-import socket
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from memhoncho.testing.standin_control import CONTROL_PREFIX, StandInControl
-from memhoncho.testing.standin_faults import Fault, FaultPlan, write_trickled
+from memhoncho.testing.standin_faults import Fault, FaultPlan
+from memhoncho.testing.standin_http import Answer, Handler, Server, routes
 from memhoncho.testing.standin_state import ApiError
 from memhoncho.testing.standin_store import HonchoStore
 
 __all__ = ["HonchoStandIn", "StandInControl", "serve"]
 
 DEFAULT_CHAT_DELAY_S = 0.05  # seconds before a no-LLM chat answers 500 (the real one: ~8 s)
-IDLE_CONNECTION_S = 30.0  # seconds a kept-alive connection may sit idle
 SHUTDOWN_POLL_S = 0.02  # seconds between the server loop's checks for stop()
-
-_W = r"/v3/workspaces/(?P<ws>[^/]+)"
-_S = _W + r"/sessions/(?P<sid>[^/]+)"
-_P = _W + r"/peers/(?P<pid>[^/]+)"
-
-Route = tuple[str, re.Pattern[str], str, int]
-
-
-def _routes() -> list[Route]:
-    table = [
-        ("POST", r"/v3/workspaces", "get_or_create_workspace", 200),
-        ("PUT", _W, "update_workspace", 200),
-        ("POST", _W + r"/peers", "get_or_create_peer", 200),
-        ("POST", _W + r"/peers/list", "list_peers", 200),
-        ("GET", _P + r"/card", "get_card", 200),
-        ("PUT", _P + r"/card", "set_card", 200),
-        ("POST", _P + r"/chat", "chat", 200),
-        ("POST", _P + r"/representation", "representation", 200),
-        ("POST", _P + r"/search", "peer_search", 200),
-        ("POST", _W + r"/search", "workspace_search", 200),
-        ("POST", _W + r"/sessions", "get_or_create_session", 200),
-        ("POST", _W + r"/sessions/list", "list_sessions", 200),
-        ("PUT", _S, "update_session", 200),
-        ("DELETE", _S, "delete_session", 202),
-        ("POST", _S + r"/clone", "clone_session", 201),
-        ("GET", _S + r"/context", "session_context", 200),
-        ("GET", _S + r"/peers", "list_session_peers", 200),
-        ("POST", _S + r"/peers", "add_session_peers", 200),
-        ("PUT", _S + r"/peers", "set_session_peers", 200),
-        ("DELETE", _S + r"/peers", "remove_session_peers", 200),
-        ("GET", _S + r"/peers/(?P<pid>[^/]+)/config", "get_peer_config", 200),
-        ("PUT", _S + r"/peers/(?P<pid>[^/]+)/config", "set_peer_config", 200),
-        ("POST", _S + r"/messages", "add_messages", 201),
-        ("POST", _S + r"/messages/list", "list_messages", 200),
-        ("GET", _S + r"/messages/(?P<mid>[^/]+)", "get_message", 200),
-        ("PUT", _S + r"/messages/(?P<mid>[^/]+)", "update_message", 200),
-        ("POST", _W + r"/conclusions", "create_conclusions", 201),
-        ("POST", _W + r"/conclusions/list", "list_conclusions", 200),
-        ("DELETE", _W + r"/conclusions/(?P<cid>[^/]+)", "delete_conclusion", 200),
-    ]
-    return [(m, re.compile(p + r"/?$"), name, status) for m, p, name, status in table]
-
-
-class _Answer:
-    """What a route answers: a status, a JSON value (or raw bytes) and headers."""
-
-    def __init__(
-        self,
-        status: int,
-        payload: Any = None,
-        *,
-        raw: bytes | None = None,
-        content_type: str = "application/json",
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        self.status = status
-        self.raw = raw if raw is not None else json.dumps(payload).encode()
-        self.content_type = content_type
-        self.headers = headers or {}
-        self.trickle_s = 0.0  #: seconds the body takes to go out (the "trickle" fault)
-
-
-class _Server(ThreadingHTTPServer):
-    """Tracks open connections so ``stop`` can cut kept-alive ones too."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(address, handler)
-        self.open_connections: set[socket.socket] = set()
-        self.connections_lock = threading.Lock()
-        self.standin: HonchoStandIn | None = None
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self.connections_lock:
-            self.open_connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self.connections_lock:
-            self.open_connections.discard(request)
-        super().shutdown_request(request)
-
-    def cut_connections(self) -> None:
-        with self.connections_lock:
-            sockets = list(self.open_connections)
-        for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    timeout = IDLE_CONNECTION_S
-    server: _Server
-
-    def setup(self) -> None:
-        super().setup()
-        # Headers and body leave in separate writes; without this, Nagle plus delayed
-        # ACKs stall every answer by ~40 ms.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        """Quiet: tests read state, not logs."""
-
-    def _serve(self) -> None:
-        standin = self.server.standin
-        assert standin is not None
-        length = int(self.headers.get("Content-Length") or 0)
-        raw_body = self.rfile.read(length) if length else b""
-        answer = standin._handle(self.command, self.path, self.headers, raw_body)
-        if answer is None:  # a fault: no answer at all
-            self.close_connection = True
-            return
-        self.send_response(answer.status)
-        self.send_header("Content-Type", answer.content_type)
-        self.send_header("Content-Length", str(len(answer.raw)))
-        for name, value in answer.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        write_trickled(self.wfile.write, answer.raw, answer.trickle_s, standin._stopping.wait)
-
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
 
 class HonchoStandIn:
@@ -187,9 +58,9 @@ class HonchoStandIn:
         self._store = HonchoStore()
         self._requests: list[tuple[str, str, int]] = []  # method, path, status (0: none)
         self._stopping = threading.Event()
-        self._server: _Server | None = None
+        self._server: Server | None = None
         self._thread: threading.Thread | None = None
-        self._routes = _routes()
+        self._routes = routes()
 
     # -------------------------------------------------------------- lifecycle
 
@@ -203,8 +74,8 @@ class HonchoStandIn:
         if self._server is not None:
             return self
         self._stopping.clear()
-        self._server = _Server((self.host, self.port), _Handler)
-        self._server.standin = self
+        self._server = Server((self.host, self.port), Handler)
+        self._server.handle = self._handle
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -301,14 +172,14 @@ class HonchoStandIn:
 
     # --------------------------------------------------------------- requests
 
-    def _handle(self, method: str, target: str, headers: Any, raw_body: bytes) -> _Answer | None:
+    def _handle(self, method: str, target: str, headers: Any, raw_body: bytes) -> Answer | None:
         parts = urlsplit(target)
         path = parts.path
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         try:
             body = json.loads(raw_body) if raw_body.strip() else None
         except ValueError:
-            return _Answer(
+            return Answer(
                 422, {"detail": [{"type": "json_invalid", "loc": ["body"], "msg": "JSON"}]}
             )
         if path.startswith(CONTROL_PREFIX):
@@ -324,7 +195,7 @@ class HonchoStandIn:
 
     def _faulted(
         self, method: str, path: str, query: dict[str, str], body: Any, headers: Any
-    ) -> _Answer | None:
+    ) -> Answer | None:
         latency_s, fault = self.faults.pick(method, path)
         if latency_s:
             self._stopping.wait(latency_s)
@@ -344,12 +215,12 @@ class HonchoStandIn:
             return self._strike(fault)
         return answer
 
-    def _strike(self, fault: Fault) -> _Answer | None:
+    def _strike(self, fault: Fault) -> Answer | None:
         if fault.kind in ("http_500", "http_503"):
             status = int(fault.kind[-3:])
-            return _Answer(status, {"detail": "Injected server error"})
+            return Answer(status, {"detail": "Injected server error"})
         if fault.kind == "http_429":
-            return _Answer(
+            return Answer(
                 429,
                 {"detail": "Rate limit exceeded"},
                 headers={"Retry-After": f"{fault.retry_after_s:g}"},
@@ -360,17 +231,17 @@ class HonchoStandIn:
 
     def _authorized(
         self, method: str, path: str, query: dict[str, str], body: Any, headers: Any
-    ) -> _Answer:
+    ) -> Answer:
         if self.api_key is not None:
             given = headers.get("Authorization") or ""
             if given != f"Bearer {self.api_key}":
-                return _Answer(401, {"detail": "Invalid or missing API key"})
+                return Answer(401, {"detail": "Invalid or missing API key"})
         try:
             return self._dispatch(method, path, query, body)
         except ApiError as exc:
-            return _Answer(exc.status, exc.body(), headers=exc.headers)
+            return Answer(exc.status, exc.body(), headers=exc.headers)
 
-    def _dispatch(self, method: str, path: str, query: dict[str, str], body: Any) -> _Answer:
+    def _dispatch(self, method: str, path: str, query: dict[str, str], body: Any) -> Answer:
         known_path = False
         for route_method, pattern, name, status in self._routes:
             match = pattern.match(path)
@@ -384,10 +255,10 @@ class HonchoStandIn:
                 return self._chat(ids, body or {})
             with self._lock:
                 payload = self._call(name, ids, query, body)
-            return _Answer(status, payload)
+            return Answer(status, payload)
         if known_path:
-            return _Answer(405, {"detail": "Method Not Allowed"})
-        return _Answer(404, {"detail": "Not Found"})
+            return Answer(405, {"detail": "Method Not Allowed"})
+        return Answer(404, {"detail": "Not Found"})
 
     def _call(self, name: str, ids: dict[str, str], query: dict[str, str], body: Any) -> Any:
         store = self._store
@@ -434,55 +305,55 @@ class HonchoStandIn:
         peers = [p.wire() for p in self._store.workspace(ws).peers.values()]
         return paginate(peers, page, size)
 
-    def _chat(self, ids: dict[str, str], body: dict[str, Any]) -> _Answer:
+    def _chat(self, ids: dict[str, str], body: dict[str, Any]) -> Answer:
         with self._lock:
             answer = self._store.chat_answer(ids["ws"], ids["pid"], body)
         stream = bool(body.get("stream"))
         if not self.llm:
             if stream:  # the real server answers 200 with nothing in it
-                return _Answer(200, raw=b"", content_type="text/event-stream")
+                return Answer(200, raw=b"", content_type="text/event-stream")
             self._stopping.wait(self.chat_delay_s)
-            return _Answer(500, {"detail": "Internal Server Error"})
+            return Answer(500, {"detail": "Internal Server Error"})
         if not stream:
-            return _Answer(200, {"content": answer})
+            return Answer(200, {"content": answer})
         events = [{"delta": {"content": answer}, "done": False}, {"done": True}]
         raw = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode()
-        return _Answer(200, raw=raw, content_type="text/event-stream")
+        return Answer(200, raw=raw, content_type="text/event-stream")
 
     # ---------------------------------------------------------------- control
 
-    def _control(self, method: str, path: str, query: dict[str, str], body: Any) -> _Answer:
+    def _control(self, method: str, path: str, query: dict[str, str], body: Any) -> Answer:
         action = path[len(CONTROL_PREFIX) :].strip("/")
         data = body if isinstance(body, dict) else {}
         try:
             if (method, action) == ("GET", "state"):
-                return _Answer(200, self.state())
+                return Answer(200, self.state())
             if (method, action) == ("GET", "requests"):
                 count = self.request_count(query.get("path_contains"), query.get("method"))
-                return _Answer(200, {"count": count})
+                return Answer(200, {"count": count})
             if (method, action) == ("POST", "faults"):
                 options = dict(data)
                 fault = self.faults.add(options.pop("kind", ""), **options)
-                return _Answer(200, {"fault": fault.as_dict()})
+                return Answer(200, {"fault": fault.as_dict()})
             if (method, action) == ("DELETE", "faults"):
                 self.faults.clear()
-                return _Answer(200, {"faults": []})
+                return Answer(200, {"faults": []})
             if (method, action) == ("POST", "reset"):
                 self.reset()
-                return _Answer(200, {"reset": True})
+                return Answer(200, {"reset": True})
             if (method, action) == ("POST", "config"):
                 for key in ("llm", "embeddings", "chat_delay_s", "api_key"):
                     if key in data:
                         setattr(self, key, data[key])
-                return _Answer(200, {k: v for k, v in self.state().items() if k != "workspaces"})
+                return Answer(200, {k: v for k, v in self.state().items() if k != "workspaces"})
             if (method, action) == ("POST", "summary"):
                 self.set_summary(data["workspace"], data["session_id"], data["content"])
-                return _Answer(200, {"summary": True})
+                return Answer(200, {"summary": True})
         except (TypeError, ValueError, KeyError) as exc:
-            return _Answer(400, {"detail": f"bad control request: {exc}"})
+            return Answer(400, {"detail": f"bad control request: {exc}"})
         except ApiError as exc:
-            return _Answer(exc.status, exc.body())
-        return _Answer(404, {"detail": "Not Found"})
+            return Answer(exc.status, exc.body())
+        return Answer(404, {"detail": "Not Found"})
 
 
 def serve(port: int, host: str = "127.0.0.1", **options: Any) -> None:

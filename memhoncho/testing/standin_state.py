@@ -139,6 +139,44 @@ class Workspace:
         }
 
 
+class Holdings:
+    """Every workspace the stand-in holds, and the lookups its routes share."""
+
+    def __init__(self) -> None:
+        self.workspaces: dict[str, Workspace] = {}
+        self.deleted_sessions: set[tuple[str, str]] = set()
+
+    def workspace(self, ws: str) -> Workspace:
+        found = self.workspaces.get(ws)
+        if found is None:
+            raise not_found("Workspace")
+        return found
+
+    def session(self, ws: str, sid: str) -> Session:
+        found = self.workspace(ws).sessions.get(sid)
+        if found is None or not found.is_active:
+            raise ApiError(404, f"Session {sid} not found in workspace {ws}")
+        return found
+
+    def _ensure_workspace(self, ws: str) -> Workspace:
+        if ws not in self.workspaces:
+            self.workspaces[ws] = Workspace(id=ws, created_at=now_iso())
+        return self.workspaces[ws]
+
+    def _ensure_peer(self, workspace: Workspace, pid: str) -> Peer:
+        if pid not in workspace.peers:
+            workspace.peers[pid] = Peer(id=pid, workspace_id=workspace.id, created_at=now_iso())
+        return workspace.peers[pid]
+
+    def _join(self, workspace: Workspace, session: Session, peers: dict[str, Any]) -> None:
+        """Add absent members with their config; members already present keep theirs (sticky)."""
+        for pid, config in peers.items():
+            check_id(pid, ["peers", pid])
+            self._ensure_peer(workspace, pid)
+            if pid not in session.peers:
+                session.peers[pid] = dict(check_dict(config, ["peers", pid]))
+
+
 # ---------------------------------------------------------------- validation
 
 

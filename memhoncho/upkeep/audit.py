@@ -27,8 +27,8 @@ from memhoncho import ids
 from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.errors import MemhonchoError, StoreError
-from memhoncho.models import Ledger
-from memhoncho.store.outbox import Record, parse
+from memhoncho.models import Ledger, Record
+from memhoncho.store.lines import parse
 
 if TYPE_CHECKING:
     from honcho import Honcho

@@ -21,13 +21,9 @@ from memhoncho.worker import routing
 log = logging.getLogger(__name__)
 
 
-def task_context(app: Any = None) -> Deployment:
-    """The dirs the app was built for (from ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR``);
-    ``app`` is the running task's, else the process's (``celery_app.get_app``)."""
-    if app is None:
-        from memhoncho.celery_app import get_app
-
-        app = get_app()
+def task_context(app: Any) -> Deployment:
+    """The dirs ``app`` (the running task's) was built for, from ``MEMHONCHO_CONFIG_DIR`` /
+    ``MEMHONCHO_DATA_DIR``. The caller names its app: the tasks never import one."""
     return Deployment.from_dirs(app.conf.memhoncho_config_dir, app.conf.memhoncho_data_dir)
 
 

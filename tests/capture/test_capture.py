@@ -18,7 +18,7 @@ from memhoncho.capture.record import (
 )
 from memhoncho.errors import InvalidEvent
 from memhoncho.models import RunEvent, SelectionChange
-from memhoncho.store.outbox import decode_line, encode_line
+from memhoncho.store.lines import decode_line, encode_line
 
 EXAMPLES = settings(max_examples=1000, deadline=None)
 

@@ -35,7 +35,8 @@ from memhoncho.models import Ledger
 from memhoncho.settings import SECRETS_FILE
 from memhoncho.store.layout import Layout
 from memhoncho.store.ledger import write_ledger
-from memhoncho.store.outbox import Outbox, decode_line
+from memhoncho.store.lines import decode_line
+from memhoncho.store.outbox import Outbox
 from memhoncho.testing.config import write_settings
 from memhoncho.worker import routing
 

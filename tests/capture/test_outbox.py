@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from memhoncho.errors import OutboxCapacity, StoreError
 from memhoncho.store.atomic import append_durably, write_bytes
 from memhoncho.store.layout import Layout
-from memhoncho.store.outbox import Outbox, decode_line, encode_line, parse
+from memhoncho.store.lines import decode_line, encode_line, parse
+from memhoncho.store.outbox import Outbox
 
 KEY = "c-2d1"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,12 +133,7 @@ def test_a_pattern_from_the_environment_is_a_json_list(
         assert host.capture(_run("account acct-12345678")).redactions == 2
 
 
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(api_key=API_KEY) as running:
-        yield running
-
-
+@pytest.mark.standin(api_key=API_KEY)
 def test_a_planted_key_is_on_no_disk_in_no_log_and_never_reaches_honcho(
     config_dir: Path,
     data_dir: Path,

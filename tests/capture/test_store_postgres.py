@@ -18,10 +18,9 @@ from memhoncho import ids
 from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.errors import LockBusy, StoreSchemaBehind, StoreUnavailable
-from memhoncho.models import CaptureStatus, Ledger
+from memhoncho.models import CaptureStatus, ForkRecord, Ledger
 from memhoncho.store import close_stores, open_store
 from memhoncho.store.files import FileStore
-from memhoncho.store.forks import ForkRecord
 from memhoncho.store.migrate import migrate
 from memhoncho.store.postgres import PostgresStore
 from memhoncho.testing.config import write_settings

@@ -31,8 +31,7 @@ from memhoncho.errors import (
     StoreError,
 )
 from memhoncho.honcho import adapter
-from memhoncho.models import Ledger
-from memhoncho.store.forks import ForkRecord
+from memhoncho.models import ForkRecord, Ledger
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin, write_settings
 from memhoncho.testing.runs import expected_texts, run_event

@@ -21,8 +21,7 @@ from memhoncho.delivery.clone import FORK_CHILD_KEY, INTENT_KEY
 from memhoncho.deployment import Deployment
 from memhoncho.errors import ForkRefused, ForkWaiting, InFlightSettling, InvalidId, InvalidInput
 from memhoncho.honcho import adapter
-from memhoncho.models import Ledger
-from memhoncho.store.forks import ForkRecord
+from memhoncho.models import ForkRecord, Ledger
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_settings
 

@@ -33,21 +33,15 @@ from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
 from memhoncho.testing.runs import run_event
 from memhoncho.upkeep.sweep import sweep
 
-pytestmark = pytest.mark.slow
-
 KEY = "sk-machines-key"
+pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=KEY)]
+
 OWNER = "ana@example.com"
 FLEET = (("prefork", 2), ("prefork", 1))  # one machine's workers
 SETTLE_TIMEOUT_S = 300.0  # seconds the fleets get to deliver everything
 KILLS = 24  # SIGKILLs of pool children across both fleets
 KILL_GAP_S = (0.1, 0.5)  # seconds between kills
 DOWN_S = 4.0  # seconds the database stays down under the capture stream
-
-
-@pytest.fixture
-def standin() -> Iterator[HonchoStandIn]:
-    with HonchoStandIn(api_key=KEY) as running:
-        yield running
 
 
 def machine(

@@ -23,6 +23,12 @@ from memhoncho.errors import (
     MissingApiKey,
 )
 from memhoncho.recall import tools
+from memhoncho.recall.honcho_tools import (
+    TRUNCATION_MARK,
+    honcho_chat,
+    honcho_remember,
+    honcho_search,
+)
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin, write_settings
 from memhoncho.testing.seed import seed_conversation
@@ -58,13 +64,13 @@ def test_search_returns_only_the_calling_users_words_even_when_others_said_the_s
     )
     seed_conversation(deployment, "bob-run", BOB, ["bob's marathon knee is fine"])
 
-    found = tools.honcho_search(deployment, ANA, {"query": "marathon knee"})
+    found = honcho_search(deployment, ANA, {"query": "marathon knee"})
 
     assert [r["text"] for r in found["results"]] == ["my marathon knee hurts"]
     assert found["results"][0]["conversation_id"] == "ana-run"
     assert found["results"][0]["created_at"]
     assert found["count"] == 1
-    bob = tools.honcho_search(deployment, BOB, {"query": "marathon knee"})
+    bob = honcho_search(deployment, BOB, {"query": "marathon knee"})
     assert [r["text"] for r in bob["results"]] == ["bob's marathon knee is fine"]
     json.dumps(found)  # plain JSON
 
@@ -73,7 +79,7 @@ def test_search_finds_the_users_words_across_every_conversation(deployment: Depl
     seed_conversation(deployment, "run-1", ANA, ["training for a marathon"])
     seed_conversation(deployment, "run-2", ANA, ["the marathon is in April"])
 
-    found = tools.honcho_search(deployment, ANA, {"query": "marathon"})
+    found = honcho_search(deployment, ANA, {"query": "marathon"})
 
     assert {r["conversation_id"] for r in found["results"]} == {"run-1", "run-2"}
 
@@ -81,7 +87,7 @@ def test_search_finds_the_users_words_across_every_conversation(deployment: Depl
 def test_search_names_a_forked_conversation_through_its_ledger(deployment: Deployment) -> None:
     seed_conversation(deployment, "child.conv", ANA, ["fork words"], session_id="clone_random_id")
 
-    found = tools.honcho_search(deployment, ANA, {"query": "fork"})
+    found = honcho_search(deployment, ANA, {"query": "fork"})
 
     assert found["results"][0]["conversation_id"] == "child.conv"
 
@@ -92,31 +98,31 @@ def test_search_trims_each_result_and_returns_at_most_the_search_limit(
     write_settings(config_dir, **settings, search_limit=2, tool_preview_length=20)
     seed_conversation(deployment, "long", ANA, [f"needle {i} " + "x" * 100 for i in range(4)])
 
-    found = tools.honcho_search(deployment, ANA, {"query": "needle"})
+    found = honcho_search(deployment, ANA, {"query": "needle"})
 
     assert found["count"] == 2
     for result in found["results"]:
         assert len(result["text"]) == 20
-        assert result["text"].endswith(tools.TRUNCATION_MARK)
+        assert result["text"].endswith(TRUNCATION_MARK)
         assert result["truncated"] is True
 
 
 def test_search_by_a_user_honcho_has_never_seen_finds_nothing(
     deployment: Deployment, standin: HonchoStandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert tools.honcho_search(deployment, "newcomer", {"query": "anything"})["count"] == 0
+    assert honcho_search(deployment, "newcomer", {"query": "anything"})["count"] == 0
 
     def unknown_peer(*args: Any, **kwargs: Any) -> Any:
         raise ApiError(404, "Peer not found")  # what a stricter server may answer
 
     monkeypatch.setattr(standin._store, "search", unknown_peer)
-    assert tools.honcho_search(deployment, "newcomer", {"query": "anything"})["count"] == 0
+    assert honcho_search(deployment, "newcomer", {"query": "anything"})["count"] == 0
 
 
 def test_search_for_an_ownerless_conversation_uses_the_default_user(deployment: Deployment) -> None:
     seed_conversation(deployment, "nobody", None, ["ownerless words"])
 
-    found = tools.honcho_search(deployment, None, {"query": "ownerless"})
+    found = honcho_search(deployment, None, {"query": "ownerless"})
 
     assert [r["text"] for r in found["results"]] == ["ownerless words"]
 
@@ -125,10 +131,10 @@ def test_search_for_an_ownerless_conversation_uses_the_default_user(deployment: 
 
 
 def test_chat_answers_from_the_agents_view_of_the_calling_user_only(deployment: Deployment) -> None:
-    tools.honcho_remember(deployment, ANA, {"content": "Ana runs marathons."})
-    tools.honcho_remember(deployment, BOB, {"content": "Bob keeps bees."})
+    honcho_remember(deployment, ANA, {"content": "Ana runs marathons."})
+    honcho_remember(deployment, BOB, {"content": "Bob keeps bees."})
 
-    answer = tools.honcho_chat(
+    answer = honcho_chat(
         deployment, ANA, {"query": "What does the user do?", "reasoning_level": "low"}
     )
 
@@ -139,7 +145,7 @@ def test_chat_answers_from_the_agents_view_of_the_calling_user_only(deployment: 
 
 @pytest.mark.parametrize("level", ["minimal", "low", "medium", "high", "max"])
 def test_chat_accepts_each_of_honchos_reasoning_levels(deployment: Deployment, level: str) -> None:
-    assert tools.honcho_chat(deployment, ANA, {"query": "hi", "reasoning_level": level})["answer"]
+    assert honcho_chat(deployment, ANA, {"query": "hi", "reasoning_level": level})["answer"]
 
 
 @pytest.mark.parametrize(
@@ -179,7 +185,7 @@ def test_chat_with_an_empty_answer_is_a_typed_error(
 def test_remember_without_a_conversation_is_user_level(
     deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
-    result = tools.honcho_remember(deployment, ANA, {"content": "Ana prefers mornings."})
+    result = honcho_remember(deployment, ANA, {"content": "Ana prefers mornings."})
 
     assert result["scope"] == "user"
     assert result["conversation_id"] is None
@@ -195,7 +201,7 @@ def test_remember_with_a_conversation_is_stamped_with_its_session(
 ) -> None:
     session_id = seed_conversation(deployment, "ana-run", ANA, ["hello"])
 
-    result = tools.honcho_remember(
+    result = honcho_remember(
         deployment, ANA, {"content": "Ana's knee hurts.", "conversation_id": "ana-run"}
     )
 
@@ -210,7 +216,7 @@ def test_remember_in_a_forked_conversation_uses_the_session_its_ledger_names(
 ) -> None:
     seed_conversation(deployment, "child", ANA, ["hello"], session_id="clone_abc")
 
-    result = tools.honcho_remember(deployment, ANA, {"content": "x", "conversation_id": "child"})
+    result = honcho_remember(deployment, ANA, {"content": "x", "conversation_id": "child"})
 
     assert result["scope"] == "conversation"
     assert standin.conclusions(workspace_id)[0]["session_id"] == "clone_abc"
@@ -222,7 +228,7 @@ def test_remember_with_someone_elses_or_an_unknown_conversation_stays_user_level
 ) -> None:
     seed_conversation(deployment, "bob-run", BOB, ["bob's words"])
 
-    result = tools.honcho_remember(
+    result = honcho_remember(
         deployment, ANA, {"content": "Ana likes tea.", "conversation_id": conversation}
     )
 

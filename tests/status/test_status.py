@@ -15,10 +15,9 @@ from kombu import Connection, Exchange, Queue
 
 from memhoncho import ids
 from memhoncho.deployment import Deployment
-from memhoncho.models import Ledger
+from memhoncho.models import ForkRecord, Ledger
 from memhoncho.status.view import StatusReader, honcho_host, status_view
 from memhoncho.store.atomic import write_json
-from memhoncho.store.forks import ForkRecord
 from memhoncho.testing.config import write_api_key
 
 API_KEY = "sk-status-test-SECRET"

@@ -20,7 +20,7 @@ from memhoncho import ids
 from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
 from memhoncho.store import peek
-from memhoncho.store.outbox import encode_line
+from memhoncho.store.lines import encode_line
 from memhoncho.upkeep.replay import replay
 from memhoncho.upkeep.sweep import sweep
 

@@ -1,0 +1,95 @@
+"""scripts/layout.py finds what it is for: too many flat modules, a long file, a circle."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "layout.py"
+
+
+def run_layout(root: Path) -> tuple[int, dict]:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--root", str(root), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.returncode, json.loads(done.stdout)
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_a_tidy_tree_passes(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    write(pkg / "__init__.py", "")
+    write(pkg / "low" / "__init__.py", "")
+    write(pkg / "low" / "base.py", "X = 1\n")
+    write(pkg / "high.py", "from pkg.low import base\nfrom .low.base import X\n")
+
+    code, report = run_layout(pkg)
+
+    assert code == 0
+    assert report["broken"] == []
+    assert report["flat_modules"]["count"] == 2
+    assert report["long_files"]["files"] == []
+    assert report["circles"] == []
+
+
+def test_a_circle_through_a_function_level_import_and_a_long_file_are_found(
+    tmp_path: Path,
+) -> None:
+    pkg = tmp_path / "pkg"
+    write(pkg / "__init__.py", "")
+    write(pkg / "store" / "__init__.py", "")
+    write(pkg / "store" / "base.py", "from pkg.store.forks import Fork\n")
+    write(pkg / "store" / "forks.py", "def summary():\n    from pkg.store import base\n")
+    write(pkg / "store" / "tidy.py", "from . import base\n")  # one way only: no circle
+    write(pkg / "bench" / "__init__.py", "")
+    write(pkg / "bench" / "long.py", "x = 1\n" * 401)
+    write(pkg / "bench" / "short.py", "x = 1\n" * 400)
+
+    code, report = run_layout(pkg)
+
+    assert code == 1
+    assert report["broken"] == ["long files", "import circles"]
+    assert report["long_files"]["files"] == [{"path": "pkg/bench/long.py", "lines": 401}]
+    assert [c["modules"] for c in report["circles"]] == [["pkg.store.base", "pkg.store.forks"]]
+    edges = {(e["from"], e["to"], e["line"]) for e in report["circles"][0]["edges"]}
+    assert edges == {
+        ("pkg.store.base", "pkg.store.forks", 1),
+        ("pkg.store.forks", "pkg.store.base", 2),
+    }
+
+
+def test_an_eleventh_flat_module_breaks_the_limit(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    write(pkg / "__init__.py", "")
+    for i in range(10):
+        write(pkg / f"m{i}.py", "")
+
+    code, report = run_layout(pkg)
+
+    assert code == 1
+    assert report["broken"] == ["flat modules"]
+    assert report["flat_modules"]["count"] == 11
+
+
+def test_the_text_report_names_the_circle_and_the_long_file(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    write(pkg / "__init__.py", "")
+    write(pkg / "a.py", "import pkg.b\n" + "y = 2\n" * 410)
+    write(pkg / "b.py", "from pkg import a\n")
+
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--root", str(pkg)], capture_output=True, text=True
+    )
+
+    assert done.returncode == 1
+    assert "pkg/a.py 411" in done.stdout
+    assert "pkg.a <-> pkg.b" in done.stdout
