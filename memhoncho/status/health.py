@@ -22,6 +22,12 @@ VERDICTS = (HEALTHY, DEGRADED, STALLED, FAILING)  # in order of severity
 
 FAILING_AFTER = 3  # consecutive failures of one task; one retry is ordinary weather
 STALL_SWEEPS = 2  # pending older than this many sweep intervals: the sweep did not move it
+#: A task failing with these failed because Honcho was away (not for anything of its own): a
+#: delivery Honcho took after its last failure ends the streak's verdict (a refresh that gave up
+#: during an outage waits for the next beat, the outage is over).
+HONCHO_AWAY_CODES = frozenset(
+    {"ERR_HONCHO_UNREACHABLE", "ERR_HONCHO_UNAVAILABLE", "ERR_HONCHO_TIMEOUT"}
+)
 
 
 def _worst(found: list[tuple[str, str]]) -> str:
@@ -32,7 +38,7 @@ def verdict(view: dict[str, Any], current: Settings) -> dict[str, Any]:
     """``{"verdict": ..., "reasons": [...]}`` for a status view built with ``current``."""
     found: list[tuple[str, str]] = []
     found += _parked(view.get("parked") or {}, view.get("outbox") or {}, view.get("generated_at"))
-    found += _failures(view.get("tasks") or {})
+    found += _failures(view.get("tasks") or {}, view.get("last_delivery_at"))
     found += _pending(view.get("outbox") or {}, current)
     found += _consumers(view.get("tasks") or {}, view.get("queues") or {})
     found += _beats(view.get("tasks") or {})
@@ -46,14 +52,22 @@ def verdict(view: dict[str, Any], current: Settings) -> dict[str, Any]:
     return {"verdict": _worst(found), "reasons": [reason for _, reason in found]}
 
 
-def _failures(tasks: dict[str, Any]) -> list[tuple[str, str]]:
+def _failures(tasks: dict[str, Any], delivered_at: Any) -> list[tuple[str, str]]:
     found = []
     for name, task in sorted((tasks.get("tasks") or {}).items()):
         failures = task.get("consecutive_failures") or 0
         if failures >= FAILING_AFTER:
             code = task.get("last_error_code") or task.get("last_error_type") or "unknown error"
+            failed_at = task.get("last_error_at")
+            if code in HONCHO_AWAY_CODES and _after(delivered_at, failed_at):
+                continue  # Honcho took a delivery since: the outage that failed it is over
             found.append((FAILING, f"{name} failed {failures} times in a row (last: {code})"))
     return found
+
+
+def _after(later: Any, earlier: Any) -> bool:
+    numbers = isinstance(later, int | float) and isinstance(earlier, int | float)
+    return numbers and later > earlier
 
 
 def _parked(

@@ -122,3 +122,22 @@ def test_status_fails_while_honcho_refuses_and_clears_once_the_parked_one_delive
     assert not any("cannot deliver" in r for r in healed["health"]["reasons"])
     key = ids.conversation_key(CONVERSATION)
     assert not (parked.parked_dir(deployment.layout) / key).exists()
+
+
+def _refresh_failing(code: str, failed_at: float, delivered_at: float) -> dict[str, Any]:
+    task = {"consecutive_failures": 6, "last_error_code": code, "last_error_at": failed_at}
+    return {
+        "last_delivery_at": delivered_at,
+        "tasks": {"state": "ok", "tasks": {"memhoncho.refresh_representation": task}},
+    }
+
+
+def test_a_task_failed_by_an_outage_stops_failing_the_verdict_once_a_delivery_went_through() -> (
+    None
+):
+    over = health.verdict(_refresh_failing("ERR_HONCHO_UNREACHABLE", SINCE, SINCE + 9), Settings())
+    assert over["verdict"] == health.HEALTHY, over
+    going_on = _refresh_failing("ERR_HONCHO_UNREACHABLE", SINCE + 9, SINCE)
+    assert health.verdict(going_on, Settings())["verdict"] == health.FAILING
+    its_own = _refresh_failing("ERR_HONCHO_REJECTED", SINCE, SINCE + 9)  # not Honcho's absence
+    assert health.verdict(its_own, Settings())["verdict"] == health.FAILING
