@@ -37,8 +37,8 @@ def _worst(found: list[tuple[str, str]]) -> str:
 def verdict(view: dict[str, Any], current: Settings) -> dict[str, Any]:
     """``{"verdict": ..., "reasons": [...]}`` for a status view built with ``current``."""
     found: list[tuple[str, str]] = []
-    found += _parked(view.get("parked") or {}, view.get("outbox") or {}, view.get("generated_at"))
     found += _failures(view.get("tasks") or {}, view.get("last_delivery_at"))
+    found += _parked(view.get("parked") or {}, view.get("outbox") or {}, view.get("generated_at"))
     found += _pending(view.get("outbox") or {}, current)
     found += _consumers(view.get("tasks") or {}, view.get("queues") or {})
     found += _beats(view.get("tasks") or {})
