@@ -25,12 +25,7 @@ from memhoncho.errors import (
 )
 from memhoncho.honcho import adapter
 from memhoncho.honcho.adapter import HonchoTarget, OutgoingMessage
-from memhoncho.honcho.retry import (
-    BACKOFF_BASE_S,
-    BACKOFF_CAP_S,
-    RETRY_AFTER_CAP_S,
-    UNREACHABLE_RETRY_CAP_S,
-)
+from memhoncho.honcho.retry import BACKOFF_BASE_S, BACKOFF_CAP_S, RETRY_AFTER_CAP_S
 from memhoncho.testing import HonchoStandIn
 
 SECRET_KEY = "sk-memhoncho-test-SECRET-9f8e7d"
@@ -71,48 +66,6 @@ CASES: list[tuple[str, BaseException, type[MemhonchoError], bool, bool]] = [
         HonchoUnreachable,
         True,
         False,
-    ),
-    (
-        "sdk-connect-timeout",
-        _with_cause(sdk.TimeoutError("timed out"), httpx.ConnectTimeout("slow")),
-        HonchoUnreachable,
-        True,
-        False,
-    ),
-    (
-        "sdk-pool-timeout",
-        _with_cause(sdk.TimeoutError("timed out"), httpx.PoolTimeout("busy")),
-        HonchoUnreachable,
-        True,
-        False,
-    ),
-    (
-        "sdk-write-timeout",
-        _with_cause(sdk.TimeoutError("timed out"), httpx.WriteTimeout("slow")),
-        HonchoTimeout,
-        True,
-        True,
-    ),
-    (
-        "sdk-read-timeout",
-        _with_cause(sdk.TimeoutError("timed out"), httpx.ReadTimeout("slow")),
-        HonchoTimeout,
-        True,
-        True,
-    ),
-    (
-        "sdk-write-error",
-        _with_cause(sdk.ConnectionError("broken"), httpx.WriteError("broken pipe")),
-        HonchoUnavailable,
-        True,
-        True,
-    ),
-    (
-        "sdk-read-error",
-        _with_cause(sdk.ConnectionError("reset"), httpx.ReadError("reset")),
-        HonchoUnavailable,
-        True,
-        True,
     ),
     (
         "connection-dropped",
@@ -200,29 +153,6 @@ def test_classify_maps_every_sdk_error_to_a_memhoncho_decision(
 def test_only_a_400_or_a_422_proves_a_write_stored_nothing() -> None:
     refusals = {name for name, exc, *_ in CASES if adapter.proves_refusal(exc)}
     assert refusals == {"400", "422"}
-
-
-def test_only_a_connection_never_made_proves_a_request_never_reached_honcho() -> None:
-    unsent = {name for name, exc, *_ in CASES if adapter.never_sent(exc)}
-    assert unsent == {
-        "connect-refused",
-        "sdk-connect-timeout",
-        "sdk-pool-timeout",
-        "httpx-connect-timeout",
-        "httpx-connect-error",
-    }
-    nothing_stored = {name for name, exc, *_ in CASES if adapter.proves_nothing_stored(exc)}
-    assert nothing_stored == unsent | {"400", "422"}
-
-
-def test_a_request_that_never_reached_honcho_is_retried_soon_whatever_the_attempt() -> None:
-    refused = _with_cause(sdk.ConnectionError("refused"), httpx.ConnectError("refused"))
-    for attempt in (1, 5, 50):
-        decision = adapter.classify(refused, attempt)
-        assert decision.retry and decision.never_sent and not decision.unclear
-        assert decision.delay_s is not None and decision.delay_s <= UNREACHABLE_RETRY_CAP_S
-    assert decision.error.code == "ERR_HONCHO_UNREACHABLE"
-    assert not adapter.classify(sdk.ServerError(), 1).never_sent
 
 
 def test_classify_honours_retry_after_over_backoff() -> None:
