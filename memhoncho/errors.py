@@ -26,6 +26,7 @@ default message.
     │   └── InFlightSettling            ERR_IN_FLIGHT_SETTLING
     └── HonchoFailure                   ERR_HONCHO
         ├── HonchoUnavailable           ERR_HONCHO_UNAVAILABLE
+        │   └── HonchoUnreachable       ERR_HONCHO_UNREACHABLE
         ├── HonchoRateLimited           ERR_HONCHO_RATE_LIMITED
         ├── HonchoRejected              ERR_HONCHO_REJECTED
         ├── HonchoTimeout               ERR_HONCHO_TIMEOUT
@@ -198,6 +199,12 @@ class HonchoUnavailable(HonchoFailure):
     """Honcho is unreachable or answered with a server error."""
 
     code = "ERR_HONCHO_UNAVAILABLE"
+
+
+class HonchoUnreachable(HonchoUnavailable):
+    """Honcho could not be reached; the request was never sent, so nothing of it can land."""
+
+    code = "ERR_HONCHO_UNREACHABLE"
 
 
 class HonchoRateLimited(HonchoFailure):

@@ -6,8 +6,9 @@ pending records, establishes the Honcho session if the ledger has none (a pendin
 then sends every pending message coalesced, up to 100 a call.
 
 Exactly once: before each call the ledger names the outbox ids in flight and when the send
-began; every message carries its outbox id in metadata. Any failed call keeps the mark (only a
-400 or 422 proves nothing was stored), and the next attempt, once the fence has opened (the
+began; every message carries its outbox id in metadata. A failed call keeps the mark unless it
+proves nothing was stored (a 400 or 422, or a send that never reached Honcho: refused, or no
+connection made), and the next attempt, once the fence has opened (the
 send can no longer land, ``fence.py``), asks Honcho which of those it holds and sends only the
 rest. Before that it hands back (``InFlightSettling``, with the wait). Failures are raised for
 the caller to retry (``adapter.classify``) or give up; the records stay pending either way, and
@@ -31,7 +32,7 @@ from memhoncho.errors import HonchoFailure, MemhonchoError
 from memhoncho.honcho import adapter
 from memhoncho.models import AGENT, OUTBOX_ID_KEY, Ledger
 from memhoncho.settings import Settings
-from memhoncho.store import hint_marks
+from memhoncho.store import hint_marks, parked
 from memhoncho.store.base import Record
 
 if TYPE_CHECKING:
@@ -79,7 +80,9 @@ def deliver_conversation(
     with deployment.store().conversation_lock(key, timeout_s=0):
         # Before the outbox is read: a capture from now on hints again (store/hint_marks.py).
         hint_marks.taken_in(deployment.store(), deployment.layout, key)
-        return _Delivery(deployment, conversation_id, key).run(max_calls)
+        report = _Delivery(deployment, conversation_id, key).run(max_calls)
+        parked.unpark(deployment.layout, key)  # it ended well (a failure raised)
+        return report
 
 
 def failures_in_a_row(deployment: Deployment, conversation_id: str) -> int:
@@ -247,19 +250,27 @@ class _Delivery:
         # timeout each) restamps it, so the fence always counts from the send itself.
         self._write_mark(sending[0], last_error=None)
         for index, chunk in enumerate(sending):
-            ensured = [self._ensure_peer(client, self._author(item)) for item in chunk]
+            try:
+                ensured = [self._ensure_peer(client, self._author(item)) for item in chunk]
+            except MemhonchoError:
+                self._clear_mark()  # the chunk's send never began
+                raise
             if any(ensured):
                 self._write_mark(chunk)
             self.report.calls += 1
+            assert self.ledger.in_flight_since is not None
             try:
-                honcho_ids = adapter.add_messages(client, sid, [self._outgoing(p) for p in chunk])
-            except MemhonchoError as exc:
-                # Only a refusal proves nothing was stored; any other failure (a 429 or a
-                # 5xx too) keeps the mark for a fenced reconcile before anything is resent.
-                if adapter.proves_refusal(exc):
-                    self.ledger = self.ledger.model_copy(
-                        update={"in_flight": [], "in_flight_since": None}
+                # over by the mark's start + the timeout, the moment the fence counts from
+                with adapter.send_by(self.ledger.in_flight_since + self.settings.honcho_timeout_s):
+                    honcho_ids = adapter.add_messages(
+                        client, sid, [self._outgoing(p) for p in chunk]
                     )
+            except MemhonchoError as exc:
+                # Only a refusal, or a send that never reached Honcho (retry.py's table),
+                # proves nothing was stored; any other failure (a 429 or a 5xx too) keeps
+                # the mark for a fenced reconcile before anything is resent.
+                if adapter.proves_nothing_stored(exc):
+                    self._clear_mark()
                 raise
             following = sending[index + 1] if index + 1 < len(sending) else []
             self.ledger = self._folded(
@@ -282,6 +293,10 @@ class _Delivery:
                 "calls": self.report.calls,
             },
         )
+
+    def _clear_mark(self) -> None:
+        """Nothing of the marked send can land: no fence (written with the failure)."""
+        self.ledger = self.ledger.model_copy(update={"in_flight": [], "in_flight_since": None})
 
     def _write_mark(self, chunk: list[Pending], **update: Any) -> None:
         """The write-ahead mark: these ids are about to be sent, starting now."""
@@ -334,13 +349,15 @@ class _Delivery:
 
     def _record_failure(self, exc: MemhonchoError) -> None:
         """Keep the failure (and the current mark) in the ledger; never raise over ``exc``."""
-        error = {"code": exc.code, "message": exc.message, "at": time.time()}
+        now = time.time()
+        error: dict[str, Any] = {"code": exc.code, "message": exc.message, "at": now}
         status = getattr(exc, "status", None)
         if status is not None:
             error["status"] = status
         update: dict[str, Any] = {"last_error": error}
         if isinstance(exc, HonchoFailure):
             update["failures"] = self.ledger.failures + 1
+            parked.park(self.deployment.layout, self.key, exc.code, now)
         try:
             self.ledger = self.ledger.model_copy(update=update)
             self.store.write_ledger(self.key, self.ledger)

@@ -60,6 +60,7 @@ class Settings(BaseModel):
     broker_url: str | None = None
     max_batch_bytes: int = Field(1024 * 1024, ge=1024)
     max_pending_batches: int = Field(10_000, ge=1)
+    #: seconds a Honcho request may take as a whole (pool, connect, send, answer: one deadline)
     honcho_timeout_s: float = Field(30.0, gt=0)
     #: after a send's start + honcho_timeout_s, how long Honcho may still commit it (the fence)
     send_settle_s: float = Field(30.0, ge=0)

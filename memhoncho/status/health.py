@@ -2,12 +2,14 @@
 
 The view's buckets say what memhoncho holds and whether each source could be read; this says
 whether delivery is going well, from the figures an operator would otherwise combine by hand:
-consecutive task failures, the age of the oldest pending record, live beats and which queues a
-live worker consumes. The worst finding wins; every finding is a reason.
+consecutive task failures, conversations parked by Honcho failures (since when, and why), the
+age of the oldest pending record, live beats and which queues a live worker consumes. The worst
+finding wins; every finding is a reason.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from memhoncho.settings import Settings
@@ -20,6 +22,12 @@ VERDICTS = (HEALTHY, DEGRADED, STALLED, FAILING)  # in order of severity
 
 FAILING_AFTER = 3  # consecutive failures of one task; one retry is ordinary weather
 STALL_SWEEPS = 2  # pending older than this many sweep intervals: the sweep did not move it
+#: A task failing with these failed because Honcho was away (not for anything of its own): a
+#: delivery Honcho took after its last failure ends the streak's verdict (a refresh that gave up
+#: during an outage waits for the next beat, the outage is over).
+HONCHO_AWAY_CODES = frozenset(
+    {"ERR_HONCHO_UNREACHABLE", "ERR_HONCHO_UNAVAILABLE", "ERR_HONCHO_TIMEOUT"}
+)
 
 
 def _worst(found: list[tuple[str, str]]) -> str:
@@ -29,7 +37,8 @@ def _worst(found: list[tuple[str, str]]) -> str:
 def verdict(view: dict[str, Any], current: Settings) -> dict[str, Any]:
     """``{"verdict": ..., "reasons": [...]}`` for a status view built with ``current``."""
     found: list[tuple[str, str]] = []
-    found += _failures(view.get("tasks") or {})
+    found += _failures(view.get("tasks") or {}, view.get("last_delivery_at"))
+    found += _parked(view.get("parked") or {}, view.get("outbox") or {}, view.get("generated_at"))
     found += _pending(view.get("outbox") or {}, current)
     found += _consumers(view.get("tasks") or {}, view.get("queues") or {})
     found += _beats(view.get("tasks") or {})
@@ -43,14 +52,44 @@ def verdict(view: dict[str, Any], current: Settings) -> dict[str, Any]:
     return {"verdict": _worst(found), "reasons": [reason for _, reason in found]}
 
 
-def _failures(tasks: dict[str, Any]) -> list[tuple[str, str]]:
+def _failures(tasks: dict[str, Any], delivered_at: Any) -> list[tuple[str, str]]:
     found = []
     for name, task in sorted((tasks.get("tasks") or {}).items()):
         failures = task.get("consecutive_failures") or 0
         if failures >= FAILING_AFTER:
             code = task.get("last_error_code") or task.get("last_error_type") or "unknown error"
+            failed_at = task.get("last_error_at")
+            if code in HONCHO_AWAY_CODES and _after(delivered_at, failed_at):
+                continue  # Honcho took a delivery since: the outage that failed it is over
             found.append((FAILING, f"{name} failed {failures} times in a row (last: {code})"))
     return found
+
+
+def _after(later: Any, earlier: Any) -> bool:
+    numbers = isinstance(later, int | float) and isinstance(earlier, int | float)
+    return numbers and later > earlier
+
+
+def _parked(
+    parked: dict[str, Any], outbox: dict[str, Any], now: float | None
+) -> list[tuple[str, str]]:
+    """Failing while a conversation's deliveries keep failing on Honcho, from the first of its
+    failures until every parked conversation has delivered (``store/parked.py``)."""
+    count = parked.get("conversations") or 0
+    since = parked.get("since")
+    if not count or not isinstance(since, int | float) or outbox.get("conversations_pending") == 0:
+        return []  # nothing waits on Honcho (a park outliving its delivery is moot)
+    if (parked.get("most_failures") or 0) < FAILING_AFTER:
+        return []  # a retry or two is ordinary weather
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
+    ago = f" ({max(0.0, now - since):.0f} s ago)" if isinstance(now, int | float) else ""
+    return [
+        (
+            FAILING,
+            f"{count} conversation(s) cannot deliver: failing since {at}{ago},"
+            f" last error {parked.get('last_code') or 'unknown'}",
+        )
+    ]
 
 
 def _pending(outbox: dict[str, Any], current: Settings) -> list[tuple[str, str]]:

@@ -19,6 +19,7 @@ from memhoncho import results
 from memhoncho.deployment import Deployment
 from memhoncho.settings import Settings
 from memhoncho.status import health, render
+from memhoncho.store import parked
 from memhoncho.store.base import Census
 from memhoncho.worker import routing
 
@@ -349,6 +350,10 @@ class StatusReader:
         view["redactions"] = _guarded("redactions", lambda: redactions_bucket(deployment))
         view["queues"] = _guarded("queues", lambda: queues_bucket(deployment, current))
         view["tasks"] = _guarded("tasks", lambda: tasks_bucket(deployment, current, now))
+        stale_s = health.STALL_SWEEPS * current.sweep_interval_s  # a park not renewed since
+        view["parked"] = _guarded(
+            "parked", lambda: _bucket([], **parked.summary(deployment.layout, now, stale_s))
+        )
         view["last_delivery_at"] = view["last_delivery"].get("at")
         degraded = sorted(
             name for name, b in view.items() if isinstance(b, dict) and b.get("state") == DEGRADED

@@ -204,6 +204,10 @@ class HonchoStandIn:
             self._stopping.wait(fault.sleep_s)
             self._authorized(method, path, query, body, headers)
             return None
+        if fault is not None and fault.kind == "trickle":
+            answer = self._authorized(method, path, query, body, headers)
+            answer.trickle_s = fault.sleep_s
+            return answer
         if fault is not None and not fault.commits:
             return self._strike(fault)
         answer = self._authorized(method, path, query, body, headers)

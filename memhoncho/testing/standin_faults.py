@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -24,11 +25,13 @@ KINDS = {
     "late_commit": "hold the request for sleep_s (past the client's timeout), then apply it",
     "drop_connection": "close the socket without an answer, before or after applying the request",
     "latency_ms": "wait this long, then handle the request normally",
+    "trickle": "apply the request, then send the answer's body a byte at a time over sleep_s",
 }
 #: The kinds ``after_commit`` applies to.
 AFTER_COMMIT_KINDS = frozenset({"http_500", "http_503", "http_429", "drop_connection"})
 DEFAULT_SLEEP_S = 2.0  # seconds a timeout fault holds the request
 DEFAULT_RETRY_AFTER_S = 1.0  # seconds sent in Retry-After
+TRICKLE_PIECES = 20  # a trickled body goes out in this many parts, sleep_s spread between them
 
 
 @dataclass
@@ -132,3 +135,19 @@ class FaultPlan:
         fault.fired += 1
         if fault.count is not None and fault.fired >= fault.count:
             self._faults.remove(fault)
+
+
+def write_trickled(
+    write: Callable[[bytes], object], raw: bytes, total_s: float, wait: Callable[[float], object]
+) -> None:
+    """Write ``raw`` in ``TRICKLE_PIECES`` parts with ``total_s`` spread between them, so no
+    gap is long while the whole is (``wait`` sleeps, returning early when the server stops)."""
+    if not total_s or len(raw) < 2:
+        write(raw)
+        return
+    pieces = min(TRICKLE_PIECES, len(raw))
+    size = -(-len(raw) // pieces)  # ceiling division
+    for start in range(0, len(raw), size):
+        if start:
+            wait(total_s / pieces)
+        write(raw[start : start + size])

@@ -8,9 +8,12 @@ import json
 import re
 import socket
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from memhoncho.testing.standin_faults import write_trickled
 
 IDLE_CONNECTION_S = 30.0  # seconds a kept-alive connection may sit idle
 
@@ -73,6 +76,7 @@ class Answer:
         self.raw = raw if raw is not None else json.dumps(payload).encode()
         self.content_type = content_type
         self.headers = headers or {}
+        self.trickle_s = 0.0  #: seconds the body takes to go out (the "trickle" fault)
 
 
 #: the stand-in's request handler: (method, target, headers, body) -> its answer, None for none
@@ -142,6 +146,6 @@ class Handler(BaseHTTPRequestHandler):
         for name, value in answer.headers.items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(answer.raw)
+        write_trickled(self.wfile.write, answer.raw, answer.trickle_s, time.sleep)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve

@@ -84,6 +84,26 @@ def _jittered(seconds: float) -> float:
     return seconds * random.uniform(0.5, 1.5)
 
 
+def _retry_unreachable(
+    task: Any, deployment: Deployment, conversation_id: str, exc: MemhonchoError
+) -> None:
+    """Honcho was never reached: nothing can land, so no fence and no giving up; try again
+    soon (``retry.UNREACHABLE_RETRY_CAP_S``), as long as it takes, which is what notices it
+    back. One retrying hint a conversation: the retry claims the conversation's hint mark, and
+    where a hint already waits (a capture's) that one carries on and this task ends."""
+    from memhoncho import ids
+    from memhoncho.delivery import engine as delivery
+    from memhoncho.honcho import adapter
+    from memhoncho.store import hint_marks
+
+    if not hint_marks.claim(deployment.layout, ids.conversation_key(conversation_id)):
+        results.gave_up(task, exc)  # a failure for the results; the waiting hint retries
+        return
+    attempt = max(1, delivery.failures_in_a_row(deployment, conversation_id))
+    decision = adapter.classify(exc, attempt)
+    raise task.retry(countdown=decision.delay_s) from None
+
+
 # At least once (acks_late, requeued when a worker dies): delivery is idempotent by design.
 @shared_task(
     name=routing.DELIVER_TASK, bind=True, ignore_result=True, acks_late=True, max_retries=None
@@ -98,6 +118,7 @@ def deliver(self: Any, conversation_id: str, **_retired: Any) -> dict[str, Any] 
     from memhoncho.errors import (
         ForkWaiting,
         HonchoFailure,
+        HonchoUnreachable,
         InFlightSettling,
         LockBusy,
         MemhonchoError,
@@ -124,6 +145,9 @@ def deliver(self: Any, conversation_id: str, **_retired: Any) -> dict[str, Any] 
             extra={"action": "delivery_skipped", "code": exc.code},
         )
         results.gave_up(self, exc)
+        return None
+    except HonchoUnreachable as exc:
+        _retry_unreachable(self, deployment, conversation_id, exc)
         return None
     except HonchoFailure as exc:
         _retry_or_give_up(

@@ -12,16 +12,20 @@ from memhoncho.errors import InFlightSettling, LockBusy
 from memhoncho.settings import Settings
 
 
-def test_the_fence_opens_after_every_phase_of_the_client_timed_out_plus_the_margin() -> None:
+def test_the_fence_opens_after_the_whole_requests_deadline_plus_the_margin() -> None:
     settings = Settings(honcho_timeout_s=2.0, send_settle_s=3.0)
-    assert fence.window_s(settings) == 4 * 2.0 + 3.0  # pool, connect, write, read; settle
-    assert fence.remaining_s(100.0, settings, now=101.0) == 10.0
-    assert fence.remaining_s(100.0, settings, now=111.0) == 0.0
+    assert fence.window_s(settings) == 2.0 + 3.0  # one deadline for the request; settle
+    assert fence.remaining_s(100.0, settings, now=101.0) == 4.0
+    assert fence.remaining_s(100.0, settings, now=105.0) == 0.0
     with pytest.raises(InFlightSettling) as settling:
-        fence.check(100.0, settings, "a send", now=110.5)
+        fence.check(100.0, settings, "a send", now=104.5)
     assert settling.value.wait_s == 0.5
     assert isinstance(settling.value, LockBusy)  # contention, not a failure
-    fence.check(100.0, settings, "a send", now=111.0)  # open: no error
+    fence.check(100.0, settings, "a send", now=105.0)  # open: no error
+
+
+def test_the_default_fence_is_a_minute() -> None:
+    assert fence.window_s(Settings()) == 60.0  # 30 s for the whole request, 30 s to settle
 
 
 def test_with_the_fence_off_nothing_waits() -> None:

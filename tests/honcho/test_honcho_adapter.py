@@ -19,6 +19,7 @@ from memhoncho.errors import (
     HonchoRejected,
     HonchoTimeout,
     HonchoUnavailable,
+    HonchoUnreachable,
     LockBusy,
     MemhonchoError,
 )
@@ -62,7 +63,7 @@ CASES: list[tuple[str, BaseException, type[MemhonchoError], bool, bool]] = [
     (
         "connect-refused",
         _with_cause(sdk.ConnectionError("refused"), httpx.ConnectError("refused")),
-        HonchoUnavailable,
+        HonchoUnreachable,
         True,
         False,
     ),
@@ -98,14 +99,14 @@ CASES: list[tuple[str, BaseException, type[MemhonchoError], bool, bool]] = [
     (
         "httpx-connect-timeout",
         httpx.ConnectTimeout("x", request=REQUEST),
-        HonchoTimeout,
+        HonchoUnreachable,
         True,
         False,
     ),
     (
         "httpx-connect-error",
         httpx.ConnectError("x", request=REQUEST),
-        HonchoUnavailable,
+        HonchoUnreachable,
         True,
         False,
     ),

@@ -72,7 +72,7 @@ def test_saves_made_while_honcho_is_down_land_once_in_order_and_recall_answers(
     assert set(audited) == {scope.scoped(OWNER, name) for name in NAMES}
     for conversation in audited.values():
         assert conversation["held"] == 2 * TURNS and conversation["duplicated"] == {}
-    assert down_search["code"] == "ERR_HONCHO_UNAVAILABLE"
+    assert down_search["code"] == "ERR_HONCHO_UNREACHABLE"  # stopped: refused, never sent
     assert {s["status"] for s in saved} == {"captured"}
     assert {r["status"] for r in retried} == {"duplicate"}
     for name in NAMES:  # once each, in the order saved, nothing else
