@@ -114,6 +114,14 @@ def taken_in(store: object, layout: Layout, key: str) -> None:
         taken(layout, key)
 
 
+def claim_in(store: object, layout: Layout, key: str) -> bool:
+    """``claim`` wherever the store keeps its marks: the database's row, or this file."""
+    claim_hint = getattr(store, "claim_hint", None)
+    if claim_hint is not None:
+        return bool(claim_hint(key, STALE_S))
+    return claim(layout, key)
+
+
 def marks(layout: Layout) -> dict[str, float]:
     """Every waiting mark and its mtime (when its hint was published or last renewed)."""
     found: dict[str, float] = {}

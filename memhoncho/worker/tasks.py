@@ -96,7 +96,8 @@ def _retry_unreachable(
     from memhoncho.honcho import adapter
     from memhoncho.store import hint_marks
 
-    if not hint_marks.claim(deployment.layout, ids.conversation_key(conversation_id)):
+    key = ids.conversation_key(conversation_id)
+    if not hint_marks.claim_in(deployment.store(), deployment.layout, key):
         results.gave_up(task, exc)  # a failure for the results; the waiting hint retries
         return
     attempt = max(1, delivery.failures_in_a_row(deployment, conversation_id))

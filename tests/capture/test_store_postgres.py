@@ -21,6 +21,7 @@ from memhoncho.errors import LockBusy, StoreSchemaBehind, StoreUnavailable
 from memhoncho.models import CaptureStatus, ForkRecord, Ledger
 from memhoncho.store import close_stores, open_store
 from memhoncho.store.files import FileStore
+from memhoncho.store.layout import Layout
 from memhoncho.store.migrate import migrate
 from memhoncho.store.postgres import SCHEMA_REVISION, PostgresStore
 from memhoncho.testing.config import write_settings
@@ -358,6 +359,24 @@ def test_a_capture_hints_after_its_commit_and_only_when_no_hint_waits(
     store.take_hint("k")  # type: ignore[attr-defined]
     third = store.append("k", {**record, "batch_id": "b2"}, max_pending=10, after_write=hint)
     assert seen == [first.seq, third.seq] and second.seq == first.seq + 1  # type: ignore[operator]
+
+
+def test_a_retry_of_an_unreachable_honcho_claims_the_database_mark_as_a_capture_would(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    # The never-sent retry (worker/tasks.py) keeps one retrying hint a conversation through the
+    # store's mark: a file mark here would never be taken by the next delivery (it takes the
+    # database's), so the second retry would end the loop and the outage heal at the sweep.
+    from memhoncho.store import hint_marks
+
+    store = open_store(tmp_path, postgres_url)
+    record = {**run_event(CONVERSATION, 0), "batch_id": "b0", "messages": []}
+    store.append("k", record, max_pending=10, after_write=lambda: None)  # claims the mark
+    assert not hint_marks.claim_in(store, Layout(tmp_path), "k")  # the capture's hint waits
+    for _ in range(3):  # each retried delivery takes the mark, then retries again
+        store.take_hint("k")  # type: ignore[attr-defined]
+        assert hint_marks.claim_in(store, Layout(tmp_path), "k")
+    assert not hint_marks.mark_path(Layout(tmp_path), "k").exists(), "no file mark here"
 
 
 def test_a_capture_behind_a_stalled_transaction_fails_typed_instead_of_hanging(

@@ -111,6 +111,18 @@ class PgRecords(PgConnections):
                 (key,),
             )
 
+    def claim_hint(self, key: str, stale_s: float) -> bool:
+        """``hint_marks.claim`` on the database's mark: True when no hint waits (or the one
+        waiting is older than ``stale_s``) and the caller, having set it, must publish."""
+        with self.connection() as conn:
+            row = conn.execute(
+                "UPDATE memhoncho_conversations SET hint_at = extract(epoch FROM clock_timestamp())"
+                " WHERE key = %s AND (hint_at IS NULL"
+                " OR hint_at < extract(epoch FROM clock_timestamp()) - %s) RETURNING key",
+                (key, stale_s),
+            ).fetchone()
+        return row is not None
+
     def release_hint(self, key: str) -> None:
         """The publish failed: no hint waits, so the next capture (or the sweep) publishes."""
         with self.connection() as conn:
