@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
-
-from pydantic import ValidationError
 
 from memhoncho import deployment as deployment_module
 from memhoncho import ids
 from memhoncho.capture import redaction
 from memhoncho.capture.hints import DeliverPublisher, HintPool, settled
-from memhoncho.capture.record import build_record, is_selected
+from memhoncho.capture.record import build_record, is_selected, validate_run
 from memhoncho.deployment import Deployment
-from memhoncho.errors import InvalidEvent, MemhonchoError
+from memhoncho.errors import MemhonchoError
 from memhoncho.models import CaptureResult, CaptureStatus, HintOutcome, RunEvent
 from memhoncho.store import hint_marks, open_store
 from memhoncho.store.redactions import add_redactions
@@ -44,7 +41,6 @@ log = logging.getLogger(__name__)
 BROKER_BACKOFF_S = 5.0  # after a failed publish, skip publishing this long (no retry loop)
 DELIVER_TASK = routing.DELIVER_TASK
 REFRESH_TASK = routing.REFRESH_TASK
-_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")  # echoed in InvalidEvent; else "?"
 
 
 class Host:
@@ -96,7 +92,7 @@ class Host:
 
     def capture(self, event: Mapping[str, Any] | RunEvent) -> CaptureResult:
         """Make a settled run durable; returns once it is fsynced (or refused, changing nothing)."""
-        run = _validate(event)
+        run = validate_run(event)
         key = ids.conversation_key(run.conversation_id)
         if not is_selected(run.selection):
             return CaptureResult(status=CaptureStatus.NOT_SELECTED)
@@ -213,7 +209,9 @@ class Host:
                 return False
             self._begin_publish()  # counted now, so close() waits for it
             tell(HintOutcome.PUBLISHED)
-            return self._hints.submit(lambda: self._send_pg_hint(conversation_id, key))
+            return self._hints.submit(
+                lambda: self._send_hint(conversation_id, lambda: self._release_pg_mark(key))
+            )
         if not self._hinting:  # the outbox relay publishes, unless a hint already waits
             if hint_marks.claim(self.deployment.layout, key):
                 hint_marks.request_relay(self.deployment.layout, key, conversation_id)
@@ -229,7 +227,10 @@ class Host:
             return True
         self._begin_publish()  # counted now, so close() waits for it
         tell(HintOutcome.PUBLISHED)
-        return self._hints.submit(lambda: self._send_hint(conversation_id, key))
+        layout = self.deployment.layout
+        return self._hints.submit(
+            lambda: self._send_hint(conversation_id, lambda: hint_marks.release(layout, key))
+        )
 
     def _unsent(self, publishing: bool) -> HintOutcome:
         """What became of the hint of a capture whose store asked for none: a PostgreSQL
@@ -246,15 +247,6 @@ class Host:
             return False
         return time.monotonic() >= self._broker_down_until
 
-    def _send_pg_hint(self, conversation_id: str, key: str) -> bool:
-        sent = self._send(DELIVER_TASK, [conversation_id])
-        if sent:
-            with self._idle:
-                self.hints_published += 1
-        else:
-            self._release_pg_mark(key)
-        return sent
-
     def _release_pg_mark(self, key: str) -> None:
         """No hint waits after all: the next capture must publish (the sweep re-drives)."""
         try:
@@ -264,13 +256,14 @@ class Host:
         except MemhonchoError:
             pass  # a mark left behind ages out after hint_marks.STALE_S
 
-    def _send_hint(self, conversation_id: str, key: str) -> bool:
+    def _send_hint(self, conversation_id: str, release: Callable[[], None]) -> bool:
+        """Publish the hint whose mark was claimed; ``release`` that mark when it failed."""
         sent = self._send(DELIVER_TASK, [conversation_id])
         if sent:
             with self._idle:
                 self.hints_published += 1
         else:  # no hint waits after all: the next capture must publish one
-            hint_marks.release(self.deployment.layout, key)
+            release()
         return sent
 
     def _publish(self, task: str, args: list[Any]) -> bool:
@@ -400,28 +393,3 @@ class Host:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    """Where the run is malformed; a key that does not look like a field name is not echoed."""
-    return ".".join(
-        str(part) if isinstance(part, int) or _FIELD_NAME.fullmatch(part) else "?" for part in loc
-    )
-
-
-def _validate(event: Mapping[str, Any] | RunEvent) -> RunEvent:
-    if isinstance(event, RunEvent):
-        run = event
-    elif isinstance(event, Mapping):
-        try:
-            run = RunEvent.model_validate(dict(event))
-        except ValidationError as exc:
-            fields = sorted({_field_path(err["loc"]) for err in exc.errors()})
-            raise InvalidEvent(
-                f"the run is malformed at: {', '.join(fields[:10])}", fields=fields[:10]
-            ) from None
-    else:
-        raise InvalidEvent("the run must be a mapping")
-    ids.conversation_key(run.conversation_id)
-    ids.peer_id(run.owner)
-    return run

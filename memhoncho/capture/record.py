@@ -13,8 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
+from memhoncho import ids
 from memhoncho.capture.redaction import Redactor
 from memhoncho.errors import InvalidEvent
 from memhoncho.models import (
@@ -149,3 +154,33 @@ def build_record(
     if redactions:
         record["redactions"] = redactions
     return record
+
+
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")  # echoed in InvalidEvent; else "?"
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """Where the run is malformed; a key that does not look like a field name is not echoed."""
+    return ".".join(
+        str(part) if isinstance(part, int) or _FIELD_NAME.fullmatch(part) else "?" for part in loc
+    )
+
+
+def validate_run(event: Mapping[str, Any] | RunEvent) -> RunEvent:
+    """The run as the model it must be (``InvalidEvent`` naming the malformed fields), with
+    its conversation id and owner checked as names."""
+    if isinstance(event, RunEvent):
+        run = event
+    elif isinstance(event, Mapping):
+        try:
+            run = RunEvent.model_validate(dict(event))
+        except ValidationError as exc:
+            fields = sorted({_field_path(err["loc"]) for err in exc.errors()})
+            raise InvalidEvent(
+                f"the run is malformed at: {', '.join(fields[:10])}", fields=fields[:10]
+            ) from None
+    else:
+        raise InvalidEvent("the run must be a mapping")
+    ids.conversation_key(run.conversation_id)
+    ids.peer_id(run.owner)
+    return run
