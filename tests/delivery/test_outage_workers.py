@@ -22,8 +22,8 @@ import pytest
 
 from memhoncho import ids
 from memhoncho.capture.host import Host
-from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.deployment import Deployment
+from memhoncho.models import OUTBOX_ID_KEY
 from memhoncho.status.view import status_view
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin

@@ -16,12 +16,11 @@ import pytest
 
 from memhoncho import ids
 from memhoncho.capture.host import Host
-from memhoncho.capture.record import OUTBOX_ID_KEY
 from memhoncho.delivery import fence
 from memhoncho.delivery.engine import DeliveryState, deliver_conversation
 from memhoncho.deployment import Deployment
 from memhoncho.errors import HonchoTimeout, HonchoUnreachable, InFlightSettling
-from memhoncho.models import Ledger
+from memhoncho.models import OUTBOX_ID_KEY, Ledger
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.runs import expected_texts, run_event

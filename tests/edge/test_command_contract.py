@@ -117,6 +117,12 @@ def _a_file_for_a_data_dir(root: Path) -> None:
     (root / "file").write_text("not a folder")
 
 
+def _mcp_tokens(root: Path) -> None:
+    (root / "tokens").write_text("a-token-long-enough-to-serve ana@example.com\n")
+
+
+MCP_HTTP = ["mcp", "--http", "127.0.0.1:{port}", "--tokens-file", "{root}/tokens"]
+
 NOT_INITIALISED = ["--data-dir", "{root}/dta"]
 SERVES = "serves"  # success: a server that starts serving (then stopped by the test)
 
@@ -177,6 +183,14 @@ CONTRACT: dict[str, dict[str, Step]] = {
         "ok": Run(["stand-in", "--port", "{port}"]),
         "refused": "its only inputs are a port and an address: a bad one is a usage error (64)",
         "temporary": Run(["stand-in", "--port", "{taken}"]),
+    },
+    "mcp": {
+        "ok": Run(MCP_HTTP, setup=_mcp_tokens),
+        "refused": Run(["mcp", "--http", "127.0.0.1:{port}"]),  # no token to check requests by
+        "temporary": Run(
+            ["mcp", "--http", "127.0.0.1:{taken}", "--tokens-file", "{root}/tokens"],
+            setup=_mcp_tokens,
+        ),
     },
     "relay": {
         "ok": Run(["relay"]),
@@ -305,7 +319,7 @@ def test_every_command_keeps_the_exit_code_contract(
             values["postgres"] = request.getfixturevalue("postgres_url")
         argv = [a.format(**values) for a in step.argv]
         env = _env(root, step.env)
-        if kind == "ok" and command in ("relay", "serve-status", "stand-in"):
+        if kind == "ok" and command in ("relay", "serve-status", "stand-in", "mcp"):
             served = _serving(root, argv, env, None if command == "relay" else port)
             assert served == 0, f"{command} did not serve"
             return

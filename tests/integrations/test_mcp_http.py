@@ -249,6 +249,7 @@ def _held(standin: HonchoStandIn) -> int:
 def test_a_server_that_cannot_serve_safely_refuses_to_start(
     config_dir: Path, data_dir: Path, options: list[str], reason: str
 ) -> None:
+    before = tree(data_dir)  # the fixture's data dir is initialised (its identity file)
     started = subprocess.run(
         [*MEMHONCHO, "mcp", *options],
         env=server_env(config_dir, data_dir),
@@ -259,4 +260,4 @@ def test_a_server_that_cannot_serve_safely_refuses_to_start(
     )
     assert started.returncode == 2, started.stderr
     assert reason in started.stderr and "ERR_" in started.stderr
-    assert tree(data_dir) == {}
+    assert tree(data_dir) == before

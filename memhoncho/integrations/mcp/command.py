@@ -117,6 +117,19 @@ def _http_app(mcp_server: Any, verifier: Any, host: str, port: int) -> Any:
 
 
 def _serve_http(app: Any, host: str, port: int) -> None:
+    """Bind first, so a port in use is the CLI's typed ``ERR_PORT_IN_USE`` (exit 3), not
+    uvicorn's own exit 1; then serve on that socket."""
+    import socket
+
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
