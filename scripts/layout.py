@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """The shape of the package, measured: flat modules, long files, import circles (issue 21).
 
+Circles are counted among modules and among the stage packages (a package that imports another
+which imports it back), so the packages read one way, top to bottom.
+
 Run `python scripts/layout.py` (or `--json`); it exits 1 when a limit is broken, so
 scripts/check fails on a new flat module, a file past 400 lines or an import circle.
 Every import counts, at module level, inside a function or under TYPE_CHECKING: a circle
@@ -15,6 +18,7 @@ import argparse
 import ast
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +46,9 @@ class Report:
     long_files: list[tuple[str, int]]
     circles: list[list[str]]
     circle_edges: list[list[Edge]] = field(default_factory=list)
+    #: circles among the stage packages (a package imports another that imports it back)
+    package_circles: list[list[str]] = field(default_factory=list)
+    package_circle_edges: list[list[Edge]] = field(default_factory=list)
 
     @property
     def broken(self) -> list[str]:
@@ -52,6 +59,8 @@ class Report:
             found.append("long files")
         if self.circles:
             found.append("import circles")
+        if self.package_circles:
+            found.append("package circles")
         return found
 
 
@@ -160,6 +169,40 @@ def circles(nodes: list[str], edges: list[Edge]) -> list[list[str]]:
     return sorted(found)
 
 
+def package_of(module: str, root: Path) -> str:
+    """The stage package a module belongs to (``pkg.store`` for ``pkg.store.files``); a module
+    directly in the root is its own node."""
+    parts = module.split(".")
+    if len(parts) > 1 and (root / parts[1]).is_dir():
+        return ".".join(parts[:2])
+    return module
+
+
+def package_edges(edges: list[Edge], root: Path) -> list[Edge]:
+    """The module edges lifted to packages: the first module edge of each package pair kept."""
+    lifted: dict[tuple[str, str], Edge] = {}
+    for edge in edges:
+        source, target = package_of(edge.source, root), package_of(edge.target, root)
+        if target == root.name:
+            continue  # the root package: every module imports it first anyway (its version)
+        if source != target and (source, target) not in lifted:
+            lifted[(source, target)] = Edge(edge.source, edge.target, edge.line)
+    return list(lifted.values())
+
+
+def inside(
+    found: list[list[str]], edges: list[Edge], key: Callable[[str], str]
+) -> list[list[Edge]]:
+    """The edges within each circle (both ends' nodes, by ``key``, in it)."""
+    return [
+        sorted(
+            (e for e in edges if key(e.source) in set(c) and key(e.target) in set(c)),
+            key=lambda e: (e.source, e.target),
+        )
+        for c in found
+    ]
+
+
 def measure(root: Path) -> Report:
     """Measure the package at `root`."""
     modules = collect_modules(root)
@@ -172,14 +215,21 @@ def measure(root: Path) -> Report:
     long_files.sort(key=lambda item: -item[1])
     edges = import_edges(modules)
     found = circles(sorted(modules), edges)
-    inside = [
-        sorted(
-            (e for e in edges if e.source in set(c) and e.target in set(c)),
-            key=lambda e: (e.source, e.target),
-        )
-        for c in found
+    lifted = package_edges(edges, root)
+    packages = sorted({package_of(m, root) for m in modules})
+    lifted_as_nodes = [
+        Edge(package_of(e.source, root), package_of(e.target, root), e.line) for e in lifted
     ]
-    return Report(root.name, flat, long_files, found, inside)
+    found_packages = circles(packages, lifted_as_nodes)
+    return Report(
+        root.name,
+        flat,
+        long_files,
+        found,
+        inside(found, edges, lambda m: m),
+        found_packages,
+        inside(found_packages, lifted, lambda m: package_of(m, root)),
+    )
 
 
 def as_json(report: Report) -> dict[str, object]:
@@ -201,6 +251,15 @@ def as_json(report: Report) -> dict[str, object]:
             }
             for circle, edges in zip(report.circles, report.circle_edges, strict=True)
         ],
+        "package_circles": [
+            {
+                "packages": circle,
+                "edges": [{"from": e.source, "to": e.target, "line": e.line} for e in edges],
+            }
+            for circle, edges in zip(
+                report.package_circles, report.package_circle_edges, strict=True
+            )
+        ],
         "broken": report.broken,
     }
 
@@ -213,6 +272,10 @@ def as_text(report: Report) -> str:
         f"import circles: {len(report.circles)}",
     ]
     for circle, edges in zip(report.circles, report.circle_edges, strict=True):
+        lines.append("  " + " <-> ".join(circle))
+        lines.extend(f"    {e.source} -> {e.target} (line {e.line})" for e in edges)
+    lines.append(f"package circles: {len(report.package_circles)}")
+    for circle, edges in zip(report.package_circles, report.package_circle_edges, strict=True):
         lines.append("  " + " <-> ".join(circle))
         lines.extend(f"    {e.source} -> {e.target} (line {e.line})" for e in edges)
     lines.append("broken: " + ", ".join(report.broken) if report.broken else "ok")

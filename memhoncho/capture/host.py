@@ -339,11 +339,13 @@ class Host:
         self, name: str, arguments: Any, *, owner: str | None, via: str = "process"
     ) -> dict[str, Any]:
         """Run a model's tool call for ``owner``, here (``process``) or on a recall worker."""
-        from memhoncho.recall import remote
         from memhoncho.recall import tools as recall_tools
+        from memhoncho.worker import remote_recall
 
         if via == "celery":
-            return remote.call_via_celery(self.celery(), self.deployment, name, arguments, owner)
+            return remote_recall.call_via_celery(
+                self.celery(), self.deployment, name, arguments, owner
+            )
         if via != "process":
             raise ValueError(f"via must be 'process' or 'celery', not {via!r}")
         return recall_tools.call_tool(self.deployment, name, arguments, owner)

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memhoncho.errors import ConfigError
+from memhoncho.settings.values import check_pattern
 
 REPLACEMENT = "[REDACTED]"
-MAX_PATTERN_LEN = 1000  # characters of one extra pattern (a setting, not a program)
 CACHED_REDACTORS = 8  # distinct extra-pattern sets kept compiled (one per settings change)
 
 #: (name, triggers, regex) of the shapes redacted by default. Each is anchored on a fixed
@@ -111,24 +111,6 @@ def _defaults() -> list[_Pattern]:
         for _, triggers, regex in DEFAULT_PATTERNS
         if (compiled := re.compile(regex))
     ]
-
-
-def check_pattern(pattern: object) -> str:
-    """``pattern`` if it compiles as a redaction pattern; ValueError saying why otherwise.
-
-    The reason names the regex error only (a pattern may itself hold part of a secret).
-    """
-    if not isinstance(pattern, str) or not pattern:
-        raise ValueError("a redaction pattern must be a non-empty string")
-    if len(pattern) > MAX_PATTERN_LEN:
-        raise ValueError(f"a redaction pattern must be at most {MAX_PATTERN_LEN} characters")
-    try:
-        compiled = re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"not a valid regular expression ({exc.msg})") from None
-    if compiled.match(""):
-        raise ValueError("a redaction pattern must not match the empty string")
-    return pattern
 
 
 @functools.lru_cache(maxsize=CACHED_REDACTORS)

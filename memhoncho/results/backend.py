@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Protocol
 
 from memhoncho.results.record import ErrorSummary, TaskResult
-from memhoncho.worker.routing import is_redis
+from memhoncho.settings.values import is_redis
 
 
 class ResultsStore(Protocol):

@@ -1,7 +1,7 @@
 """A remember run by a worker is stored once, however often its caller retries it.
 
 Honcho has no idempotency key for a conclusion, so the key is the Celery task id, which the
-host derives from the call itself (``recall.remote.task_id_for``): a retried remember is the
+host derives from the call itself (``worker.remote_recall.task_id_for``): a retried remember is the
 same task. Before storing, the worker looks for that task's answer (an earlier attempt that
 succeeded answers again, nothing is stored), then claims the task in the result backend,
 atomically (a retry that arrives while the first attempt still runs waits for its answer).

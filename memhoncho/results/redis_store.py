@@ -6,9 +6,13 @@ import json
 from typing import Any
 
 from memhoncho.results.record import BEAT_STALE_S, ErrorSummary, TaskResult, live_worker
-from memhoncho.worker.routing import BEAT_KEY_PREFIX, RESULTS_KEY_PREFIX, WORKER_KEY_PREFIX
 
 REDIS_TIMEOUT_S = 1.0  # seconds; bookkeeping never holds a task up for long
+
+
+RESULTS_KEY_PREFIX = "memhoncho:results:"  #: a Redis hash per task name
+BEAT_KEY_PREFIX = "memhoncho:beat:"  #: a Redis key per live beat, expiring
+WORKER_KEY_PREFIX = "memhoncho:worker:"  #: a Redis key per live worker (its queues), expiring
 
 
 class RedisResults:

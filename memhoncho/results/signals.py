@@ -17,7 +17,6 @@ from typing import Any
 from memhoncho.errors import LockBusy
 from memhoncho.results.backend import ResultsStore, store_for
 from memhoncho.results.record import ErrorSummary
-from memhoncho.worker.routing import TASK_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +36,11 @@ def gave_up(task: Any, exc: BaseException) -> None:
 class Recorder:
     """The signal handlers of one app."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, task_prefix: str) -> None:
+        """``task_prefix``: the wire names recorded (the Celery edge's, ``routing.TASK_PREFIX``);
+        passed in, since the edge sits above this module and imports it."""
         self.app = app
+        self.task_prefix = task_prefix
         self._store: ResultsStore | None = None
         self._pid = 0
         self._beat_stop = threading.Event()
@@ -73,10 +75,9 @@ class Recorder:
                 },
             )
 
-    @staticmethod
-    def _name(sender: Any) -> str | None:
+    def _name(self, sender: Any) -> str | None:
         name = getattr(sender, "name", None) or (sender if isinstance(sender, str) else None)
-        return name if isinstance(name, str) and name.startswith(TASK_PREFIX) else None
+        return name if isinstance(name, str) and name.startswith(self.task_prefix) else None
 
     def prerun(self, sender: Any = None, **_: Any) -> None:
         if name := self._name(sender):
@@ -161,11 +162,11 @@ class Recorder:
             self._safely("worker_gone", lambda s: s.worker_gone(self._worker_id))
 
 
-def connect(app: Any) -> None:
+def connect(app: Any, task_prefix: str) -> None:
     """Record every memhoncho task of ``app`` from Celery's signals; beats send heartbeats."""
     from celery import signals
 
-    recorder = Recorder(app)
+    recorder = Recorder(app, task_prefix)
     app.memhoncho_results = recorder  # keeps the handlers alive and reachable for tests
     for signal, handler, uid in (
         (signals.task_prerun, recorder.prerun, "prerun"),

@@ -27,10 +27,10 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from memhoncho import dirs
-from memhoncho.capture.redaction import check_pattern
 from memhoncho.settings import files
 from memhoncho.settings.files import RACY_S as RACY_S
 from memhoncho.settings.files import secret_file as secret_file
+from memhoncho.settings.values import check_pattern
 
 log = logging.getLogger(__name__)
 

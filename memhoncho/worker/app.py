@@ -230,7 +230,7 @@ def get_app() -> Celery:
     with _app_lock:
         if _app is None:
             built = create_app()
-            results.connect(built)  # task bookkeeping for status and doctor
+            results.connect(built, routing.TASK_PREFIX)  # task bookkeeping for status and doctor
             import memhoncho.worker.tasks  # noqa: F401  (its shared tasks bind to the app)
 
             _app = built

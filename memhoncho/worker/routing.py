@@ -10,6 +10,10 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+# A broker's kind is a fact of its URL, read below this edge too (results, status): kept there.
+from memhoncho.settings.values import is_amqp as is_amqp
+from memhoncho.settings.values import is_redis as is_redis
+
 TASK_PREFIX = "memhoncho."  #: every memhoncho task's name starts so (results record only these)
 DELIVER_TASK = "memhoncho.deliver"
 RECALL_TASK = "memhoncho.recall"
@@ -20,20 +24,6 @@ REFRESH_TASK = "memhoncho.refresh_representation"  #: one conversation's
 DELIVER_QUEUE_PREFIX = "memhoncho.deliver."
 RECALL_QUEUE = "memhoncho.recall"
 MAINTENANCE_QUEUE = "memhoncho.maintenance"
-
-RESULTS_KEY_PREFIX = "memhoncho:results:"  #: a Redis hash per task name (``results``)
-BEAT_KEY_PREFIX = "memhoncho:beat:"  #: a Redis key per live beat, expiring
-WORKER_KEY_PREFIX = "memhoncho:worker:"  #: a Redis key per live worker (its queues), expiring
-
-
-def is_redis(url: str | None) -> bool:
-    """Whether a broker URL names Redis (else the embedded filesystem broker or another)."""
-    return bool(url) and str(url).startswith(("redis://", "rediss://", "unix://"))
-
-
-def is_amqp(url: str | None) -> bool:
-    """Whether a broker URL names RabbitMQ (AMQP 0-9-1: ``amqp://``, ``amqps://``, ``pyamqp://``)."""
-    return bool(url) and str(url).startswith(("amqp://", "amqps://", "pyamqp://"))
 
 
 def partition(conversation_id: str, partitions: int) -> int:

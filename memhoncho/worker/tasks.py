@@ -185,10 +185,12 @@ def deliver(self: Any, conversation_id: str, **_retired: Any) -> dict[str, Any] 
 @shared_task(name=routing.RECALL_TASK, bind=True, ignore_result=False, acks_late=False)
 def recall(self: Any, name: str, arguments: dict[str, Any], owner: str | None) -> dict[str, Any]:
     """Run one recall tool for a waiting host; answers ``{"ok", "result" | "error"}``."""
-    from memhoncho.recall import remote
+    from memhoncho.worker import remote_recall
 
     context = task_context(self.app)
-    return remote.worker_outcome(self.backend, self.request.id, context, name, arguments, owner)
+    return remote_recall.worker_outcome(
+        self.backend, self.request.id, context, name, arguments, owner
+    )
 
 
 # ---- beat: the outbox sweep and the representation refresh ------------------------------

@@ -1,4 +1,5 @@
-"""scripts/layout.py finds what it is for: too many flat modules, a long file, a circle."""
+"""scripts/layout.py finds what it is for: too many flat modules, a long file, a circle among
+modules or among the stage packages."""
 
 from __future__ import annotations
 
@@ -93,3 +94,27 @@ def test_the_text_report_names_the_circle_and_the_long_file(tmp_path: Path) -> N
     assert done.returncode == 1
     assert "pkg/a.py 411" in done.stdout
     assert "pkg.a <-> pkg.b" in done.stdout
+
+
+def test_two_packages_importing_each_other_are_a_package_circle_without_a_module_circle(
+    tmp_path: Path,
+) -> None:
+    pkg = tmp_path / "pkg"
+    write(pkg / "__init__.py", "")
+    write(pkg / "store" / "__init__.py", "")
+    write(pkg / "store" / "files.py", "from pkg.status.census import Census\n")
+    write(pkg / "status" / "__init__.py", "")
+    write(pkg / "status" / "census.py", "Census = int\n")
+    write(pkg / "status" / "view.py", "from pkg.store import files\n")  # status -> store too
+
+    code, report = run_layout(pkg)
+
+    assert code == 1
+    assert report["circles"] == []  # files -> census, view -> files: no module circle
+    assert report["broken"] == ["package circles"]
+    (circle,) = report["package_circles"]
+    assert circle["packages"] == ["pkg.status", "pkg.store"]
+    assert {(e["from"], e["to"]) for e in circle["edges"]} == {
+        ("pkg.store.files", "pkg.status.census"),
+        ("pkg.status.view", "pkg.store.files"),
+    }

@@ -16,7 +16,7 @@ import pytest
 from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.errors import HonchoUnavailable
-from memhoncho.recall import remote, tools
+from memhoncho.recall import tools
 from memhoncho.status.view import amqp_depths, queues_bucket
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin, write_api_key, write_settings
@@ -25,6 +25,7 @@ from memhoncho.testing.rabbitmq import private_vhost
 from memhoncho.testing.runs import run_event
 from memhoncho.testing.seed import seed_conversation
 from memhoncho.worker import broker_check, routing
+from memhoncho.worker import remote_recall as remote
 from memhoncho.worker.app import create_app
 
 KEY = "sk-rabbitmq-edge-key"

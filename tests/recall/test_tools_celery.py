@@ -22,11 +22,12 @@ from memhoncho.errors import (
     InvalidToolCall,
     MemhonchoError,
 )
-from memhoncho.recall import remote, tools
+from memhoncho.recall import tools
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin, write_api_key, write_settings
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.seed import seed_conversation
+from memhoncho.worker import remote_recall as remote
 from memhoncho.worker import routing
 
 SECRET_KEY = "sk-memhoncho-recall-SECRET-77aa11"

@@ -17,6 +17,7 @@ from memhoncho.results import ErrorSummary, ResultsStore
 from memhoncho.results.file_store import FileResults
 from memhoncho.results.redis_store import RedisResults
 from memhoncho.results.signals import Recorder
+from memhoncho.worker.routing import TASK_PREFIX
 
 SECRET_TEXT = "my knee hurts sk-live-SECRET"
 
@@ -127,7 +128,7 @@ class _App:
 def test_the_signal_handlers_record_only_memhoncho_tasks_and_never_raise(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    recorder = Recorder(_App(data_dir))
+    recorder = Recorder(_App(data_dir), TASK_PREFIX)
     recorder.prerun(sender=_Task("memhoncho.deliver"))
     recorder.retry(sender=_Task("memhoncho.deliver"), reason=HonchoUnavailable())
     recorder.failure(sender=_Task("memhoncho.deliver"), exception=RuntimeError(SECRET_TEXT))
@@ -171,7 +172,7 @@ def test_a_retry_is_blamed_on_the_error_being_handled_and_lock_contention_is_not
 
     from memhoncho.errors import ForkWaiting
 
-    recorder = Recorder(_App(data_dir))
+    recorder = Recorder(_App(data_dir), TASK_PREFIX)
     task = _Task("memhoncho.deliver")
     try:
         try:
@@ -189,7 +190,7 @@ def test_a_retry_is_blamed_on_the_error_being_handled_and_lock_contention_is_not
 def test_a_task_that_gave_up_is_recorded_as_a_failure_not_a_success(data_dir: Path) -> None:
     from memhoncho.errors import MissingApiKey
 
-    recorder = Recorder(_App(data_dir))
+    recorder = Recorder(_App(data_dir), TASK_PREFIX)
     task = _BoundTask("memhoncho.deliver")
     results.gave_up(task, MissingApiKey())
     recorder.success(sender=task)
