@@ -91,14 +91,16 @@ HOST_SCRIPT = textwrap.dedent(
 
 
 class HostProcess:
-    """A host on its own machine, capturing the turns it is told to, one line per turn."""
+    """A host on its own machine, capturing the turns it is told to, one line per turn. The
+    script answers each turn with the turn, then (if it counts them) the captures refused."""
 
-    def __init__(self, deployment: Deployment, names: list[str]) -> None:
+    def __init__(self, deployment: Deployment, names: list[str], script: str = HOST_SCRIPT) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMHONCHO_")}
         env["MEMHONCHO_CONFIG_DIR"] = str(deployment.config_dir)
         env["MEMHONCHO_DATA_DIR"] = str(deployment.data_dir)
+        self.refused = 0
         self.process = subprocess.Popen(
-            [sys.executable, "-c", HOST_SCRIPT, ",".join(names)],
+            [sys.executable, "-c", script, ",".join(names)],
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -109,13 +111,67 @@ class HostProcess:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(f"{turn}\n")
         self.process.stdin.flush()
-        answer = self.process.stdout.readline()
-        assert answer.strip() == str(turn), f"host failed at turn {turn}"
+        answer = self.process.stdout.readline().split()
+        assert answer and answer[0] == str(turn), f"host failed at turn {turn}"
+        if len(answer) > 1:
+            self.refused = int(answer[1])
 
     def close(self) -> None:
         if self.process.stdin is not None:
             self.process.stdin.close()
         assert self.process.wait(timeout=60) == 0
+
+
+class Killer:
+    """SIGKILLs a random pool child of the fleets at random gaps, KILLS of them in all."""
+
+    def __init__(self, killable: list[CeleryProcess], seed: int) -> None:
+        self.killable = killable
+        self.rng = random.Random(seed)
+        self.kills = 0
+        self.next_kill = time.monotonic() + self.rng.uniform(*KILL_GAP_S)
+
+    def _kill(self) -> None:
+        if self.rng.choice(self.killable).kill_child(signal.SIGKILL) is not None:
+            self.kills += 1
+
+    def maybe_kill(self) -> None:
+        """One kill, if the gap has passed (called between captures)."""
+        if time.monotonic() >= self.next_kill and self.kills < KILLS:
+            self._kill()
+            self.next_kill = time.monotonic() + self.rng.uniform(*KILL_GAP_S)
+
+    def kill_the_rest(self) -> None:
+        """The kills still due, while the fleets deliver."""
+        while self.kills < KILLS:
+            time.sleep(self.rng.uniform(*KILL_GAP_S))
+            self._kill()
+
+
+def settle(
+    standin: HonchoStandIn,
+    workspace_id: str,
+    names: list[str],
+    runs: int,
+    deployment: Deployment,
+    host: Host,
+) -> None:
+    """Wait until every run is delivered, sweeping ``deployment`` into ``host``'s queue."""
+    wait_delivered(
+        standin,
+        workspace_id,
+        names,
+        runs,
+        timeout_s=SETTLE_TIMEOUT_S,
+        redrive=lambda: sweep(deployment, host.enqueue_delivery),
+    )
+
+
+def assert_no_local_state(machines: list[Deployment]) -> None:
+    """No outbox, ledger or lock file on any machine: the store holds it all."""
+    for deployment in machines:
+        assert not (deployment.data_dir / "data" / "outbox").exists()
+        assert not (deployment.data_dir / "state" / "ledger").exists()
 
 
 def test_two_machines_sharing_only_postgres_and_redis_deliver_every_turn_once_in_order(
@@ -133,39 +189,21 @@ def test_two_machines_sharing_only_postgres_and_redis_deliver_every_turn_once_in
     ]
     standin.faults.add("latency_ms", latency_ms=15, count=None, path_contains="/messages")
     redriver = Host(machines[0].config_dir, machines[0].data_dir)
-    kills = 0
     with fleet(machines[0]) as fleet_a, fleet(machines[1]) as fleet_b:
-        killable = fleet_a + fleet_b
+        killer = Killer(fleet_a + fleet_b, seed=20261216)
         hosts = [HostProcess(m, names) for m in machines]
-        rng = random.Random(20261216)
-        next_kill = time.monotonic() + rng.uniform(*KILL_GAP_S)
         for turn in range(runs):  # the turns of every conversation alternate between hosts
             hosts[turn % 2].capture_turn(turn)
-            if time.monotonic() >= next_kill and kills < KILLS:
-                if rng.choice(killable).kill_child(signal.SIGKILL) is not None:
-                    kills += 1
-                next_kill = time.monotonic() + rng.uniform(*KILL_GAP_S)
+            killer.maybe_kill()
         for host in hosts:
             host.close()
-        while kills < KILLS:  # the rest while the fleets still deliver
-            time.sleep(rng.uniform(*KILL_GAP_S))
-            if rng.choice(killable).kill_child(signal.SIGKILL) is not None:
-                kills += 1
-        wait_delivered(
-            standin,
-            workspace_id,
-            names,
-            runs,
-            timeout_s=SETTLE_TIMEOUT_S,
-            redrive=lambda: sweep(machines[1], redriver.enqueue_delivery),
-        )
-        lost_tasks = sum(w.log_text().count("WorkerLostError") for w in killable)
+        killer.kill_the_rest()
+        settle(standin, workspace_id, names, runs, machines[1], redriver)
+        lost_tasks = sum(w.log_text().count("WorkerLostError") for w in killer.killable)
     redriver.close()
-    print(f"kills={kills} mid-task={lost_tasks}")
-    assert kills >= KILLS
-    for deployment in machines:  # no outbox, ledger or lock file on either machine
-        assert not (deployment.data_dir / "data" / "outbox").exists()
-        assert not (deployment.data_dir / "state" / "ledger").exists()
+    print(f"kills={killer.kills} mid-task={lost_tasks}")
+    assert killer.kills >= KILLS
+    assert_no_local_state(machines)
     assert_each_conversation_complete_in_order_once(standin, machines[0], workspace_id, names, runs)
 
 
@@ -203,14 +241,7 @@ def test_a_database_restarted_under_a_capture_stream_refuses_then_delivers_every
                         # DUPLICATE: the refused attempt had committed after all
                         assert result.status in (CaptureStatus.CAPTURED, CaptureStatus.DUPLICATE)
                         break
-            wait_delivered(
-                standin,
-                workspace_id,
-                names,
-                runs,
-                timeout_s=SETTLE_TIMEOUT_S,
-                redrive=lambda: sweep(deployment, host.enqueue_delivery),
-            )
+            settle(standin, workspace_id, names, runs, deployment, host)
         print(f"refused captures={len(refusals)} slowest={max(refusals):.2f}s")
         assert len(refusals) >= len(names)  # it was down under the stream
         assert max(refusals) < 1.0 + 2.0  # store_timeout_s, plus slack for a loaded machine
