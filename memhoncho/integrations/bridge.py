@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from memhoncho.errors import MemhonchoError, UnmappableMessage
 from memhoncho.models import CaptureResult, RunEvent
@@ -129,6 +129,33 @@ def joined(texts: Iterable[str], dropped: Iterable[str] = ()) -> str:
     return PART_JOINER.join(parts)
 
 
+def parts_text(
+    framework: str,
+    where: str,
+    parts: Iterable[Any],
+    text_kinds: Collection[str],
+    media: Mapping[str, str],
+    *,
+    bare_strings: bool = False,
+) -> str:
+    """The text of a message's content parts (dicts with a ``type``): the parts of
+    ``text_kinds`` kept (and plain strings, where the framework allows them), the ``media``
+    kinds noted by the kind they map to, any other part refused as ``where``."""
+    texts: list[str] = []
+    dropped: list[str] = []
+    for part in parts:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if bare_strings and isinstance(part, str):
+            texts.append(part)
+        elif kind in text_kinds and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif isinstance(kind, str) and kind in media:
+            dropped.append(media[kind])
+        else:
+            raise unmappable(framework, where, part)
+    return joined(texts, dropped)
+
+
 def unmappable(framework: str, where: str, shape: object) -> UnmappableMessage:
     """The typed refusal of a message shape the integration does not know (only its type is
     named: never its content)."""
@@ -202,3 +229,28 @@ def prompt_text(host: Host, conversation_id: str | None) -> str:
     if conversation_id is None:
         return ""
     return host.sections(conversation_id).render()
+
+
+class FrameworkMemory:
+    """What a framework's ``HonchoMemory`` holds: the host, the owner the recall tools are
+    bound to, the conversation (None: the framework's own name for it, taken per run)."""
+
+    framework: ClassVar[str]
+
+    def __init__(
+        self,
+        host: Host,
+        owner: str | None,
+        conversation_id: str | None = None,
+        *,
+        via: str = "process",
+    ) -> None:
+        self.host = host
+        self.owner = owner
+        self.conversation_id = conversation_id
+        self._tools = OwnerTools(host, owner, via)
+
+    def _turn(self, conversation: str, inputs: tuple[Entry, ...], answer: Entry | None) -> Turn:
+        """The run, named by its position (these frameworks give a run no id of their own)."""
+        identity = position_identity(inputs)
+        return Turn(self.framework, conversation, self.owner, identity, inputs, answer)

@@ -27,7 +27,6 @@ from langchain_core.messages.utils import convert_to_messages
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import StructuredTool
 
-from memhoncho.capture.host import Host
 from memhoncho.integrations import bridge
 
 FRAMEWORK = "langgraph"
@@ -42,22 +41,11 @@ _MEDIA = {
 }
 
 
-class HonchoMemory:
-    """memhoncho's memory for one owner in a LangGraph graph."""
+class HonchoMemory(bridge.FrameworkMemory):
+    """memhoncho's memory for one owner in a LangGraph graph. ``conversation_id`` None: the
+    ``thread_id`` of the run's config."""
 
-    def __init__(
-        self,
-        host: Host,
-        owner: str | None,
-        conversation_id: str | None = None,
-        *,
-        via: str = "process",
-    ) -> None:
-        """``conversation_id`` None: the ``thread_id`` of the run's config."""
-        self.host = host
-        self.owner = owner
-        self.conversation_id = conversation_id
-        self._tools = bridge.OwnerTools(host, owner, via)
+    framework = FRAMEWORK
 
     # ---- what the graph gets ------------------------------------------------------------
 
@@ -160,12 +148,6 @@ class HonchoMemory:
             )
         return conversation
 
-    def _turn(
-        self, conversation: str, inputs: tuple[bridge.Entry, ...], answer: bridge.Entry | None
-    ) -> bridge.Turn:
-        identity = bridge.position_identity(inputs)
-        return bridge.Turn(FRAMEWORK, conversation, self.owner, identity, inputs, answer)
-
 
 def _caller(tools: bridge.OwnerTools, name: str) -> Callable[..., dict[str, Any]]:
     def call(**arguments: Any) -> dict[str, Any]:
@@ -190,19 +172,8 @@ def _human_text(message: BaseMessage) -> str:
     content = message.content
     if isinstance(content, str):
         return content
-    texts: list[str] = []
-    dropped: list[str] = []
-    for block in content:
-        kind = block.get("type") if isinstance(block, dict) else None
-        if isinstance(block, str):
-            texts.append(block)
-        elif kind == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
-        elif kind in _MEDIA:
-            dropped.append(_MEDIA[kind])
-        else:
-            raise bridge.unmappable(FRAMEWORK, "a human message's content block", block)
-    return bridge.joined(texts, dropped)
+    where = "a human message's content block"
+    return bridge.parts_text(FRAMEWORK, where, content, ("text",), _MEDIA, bare_strings=True)
 
 
 def _final_answer(messages: Sequence[Any]) -> bridge.Entry | None:

@@ -22,7 +22,6 @@ from agents import Agent, FunctionTool, RunContextWrapper, Runner, RunResult, Se
 from agents.items import MessageOutputItem, RunItem
 from agents.tool_context import ToolContext
 
-from memhoncho.capture.host import Host
 from memhoncho.integrations import bridge
 
 FRAMEWORK = "openai-agents"
@@ -33,23 +32,12 @@ _TEXT = ("input_text", "text", "output_text")
 Instructions = str | Callable[[RunContextWrapper[Any], Agent[Any]], Any] | None
 
 
-class HonchoMemory:
-    """memhoncho's memory for one owner's conversation, around ``Runner.run``."""
+class HonchoMemory(bridge.FrameworkMemory):
+    """memhoncho's memory for one owner's conversation, around ``Runner.run``.
+    ``conversation_id`` None: the session's ``session_id`` (``run`` then needs one)."""
 
-    def __init__(
-        self,
-        host: Host,
-        owner: str | None,
-        conversation_id: str | None = None,
-        *,
-        via: str = "process",
-    ) -> None:
-        """``conversation_id`` None: the session's ``session_id`` (``run`` then needs one)."""
-        self.host = host
-        self.owner = owner
-        self.conversation_id = conversation_id
-        self._tools = bridge.OwnerTools(host, owner, via)
-        self._function_tools: list[FunctionTool] | None = None
+    framework = FRAMEWORK
+    _function_tools: list[FunctionTool] | None = None  # built on first use
 
     # ---- what the agent gets ------------------------------------------------------------
 
@@ -132,12 +120,6 @@ class HonchoMemory:
         bridge.capture(self.host, self._turn(conversation, inputs, answer))
         return result
 
-    def _turn(
-        self, conversation: str, inputs: tuple[bridge.Entry, ...], answer: bridge.Entry | None
-    ) -> bridge.Turn:
-        identity = bridge.position_identity(inputs)
-        return bridge.Turn(FRAMEWORK, conversation, self.owner, identity, inputs, answer)
-
 
 def _new_inputs(
     items: Sequence[Any], before: int, *, whole_history: bool
@@ -173,17 +155,7 @@ def _user_text(content: Any) -> str:
         return content
     if not isinstance(content, list):
         raise bridge.unmappable(FRAMEWORK, "a user message's content", content)
-    texts: list[str] = []
-    dropped: list[str] = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in _TEXT and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-        elif kind in _MEDIA:
-            dropped.append(_MEDIA[kind])
-        else:
-            raise bridge.unmappable(FRAMEWORK, "a user message's content part", part)
-    return bridge.joined(texts, dropped)
+    return bridge.parts_text(FRAMEWORK, "a user message's content part", content, _TEXT, _MEDIA)
 
 
 def _answer_position(new_items: Sequence[RunItem], first_new: int) -> int:

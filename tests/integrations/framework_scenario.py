@@ -10,6 +10,8 @@ its error raised to the caller.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
@@ -57,6 +59,10 @@ class Driver(Protocol):
 
     def repeat(self, conversation: str) -> None:
         """Run the conversation's last turn again as the same run (the framework's retry)."""
+
+
+#: the ``scenario`` fixture: runs the scenario with the driver its argument builds from the host
+Scenario = Callable[[Callable[[Host], Driver]], None]
 
 
 def exercise(driver: Driver, host: Host, standin: HonchoStandIn, workspace_id: str) -> None:
@@ -144,3 +150,15 @@ def audit_clean(expected: dict[str, list[tuple[str, str, bool]]]) -> None:
     for conversation, messages in expected.items():
         assert found[conversation]["held"] == len(messages)
         assert found[conversation]["delivered"] == len(messages)
+
+
+def outbox_files(data_dir: Path) -> list[Path]:
+    """The outbox files that hold something."""
+    return sorted(p for p in data_dir.rglob("*.jsonl") if p.stat().st_size)
+
+
+def only_record(data_dir: Path) -> dict[str, Any]:
+    """The one record of the one outbox file (the test fails if there are more)."""
+    (outbox,) = outbox_files(data_dir)
+    (record,) = [json.loads(line.split(" ", 1)[1]) for line in outbox.read_text().splitlines()]
+    return record  # type: ignore[no-any-return]

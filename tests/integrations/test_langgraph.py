@@ -4,13 +4,19 @@ FakeMessagesListChatModel, a ToolNode of the recall tools, a real worker."""
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from framework_scenario import KEY, OWNER, ModelFailure, exercise, model_reply
+from framework_scenario import (
+    KEY,
+    OWNER,
+    ModelFailure,
+    Scenario,
+    model_reply,
+    only_record,
+    outbox_files,
+)
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -23,7 +29,6 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from memhoncho.capture.host import Host
 from memhoncho.errors import UnmappableMessage
 from memhoncho.integrations.langgraph import HonchoMemory
-from memhoncho.testing import HonchoStandIn
 
 pytestmark = pytest.mark.standin(api_key=KEY, llm=True)
 
@@ -102,17 +107,9 @@ class LangGraphDriver:
 
 @pytest.mark.slow
 def test_a_langgraph_graph_stores_every_turn_once_in_order_through_a_worker(
-    host: Host,
-    standin: HonchoStandIn,
-    workspace_id: str,
-    celery_process: Callable[..., Any],
+    scenario: Scenario,
 ) -> None:
-    celery_process("worker", concurrency=1)
-    exercise(LangGraphDriver(host), host, standin, workspace_id)
-
-
-def outbox_files(data_dir: Path) -> list[Path]:
-    return sorted(p for p in data_dir.rglob("*.jsonl") if p.stat().st_size)
+    scenario(LangGraphDriver)
 
 
 def test_a_content_block_it_cannot_map_is_refused_before_the_graph_and_nothing_is_written(
@@ -146,9 +143,7 @@ def test_without_a_checkpointer_the_trailing_human_messages_are_the_new_input(
     memory.invoke(graph, {"messages": history}, {})
     # the same run again, through ainvoke: a duplicate
     asyncio.run(memory.ainvoke(graph, {"messages": history}, {}))
-    (outbox,) = outbox_files(data_dir)
-    (record,) = [json.loads(line.split(" ", 1)[1]) for line in outbox.read_text().splitlines()]
-    assert [(m["entry_id"], m["text"]) for m in record["messages"]] == [
+    assert [(m["entry_id"], m["text"]) for m in only_record(data_dir)["messages"]] == [
         (2, "now\n[image not stored: memhoncho keeps text only]"),
         (3, "fine"),
     ]

@@ -6,19 +6,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agents import Agent, SQLiteSession, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
-from framework_scenario import KEY, OWNER, exercise, model_reply
+from framework_scenario import KEY, OWNER, Scenario, model_reply, only_record, outbox_files
 
 from memhoncho.capture.host import Host
 from memhoncho.errors import UnmappableMessage
 from memhoncho.integrations.openai_agents import HonchoMemory
-from memhoncho.testing import HonchoStandIn
 
 pytestmark = pytest.mark.standin(api_key=KEY, llm=True)
 set_tracing_disabled(True)  # no trace export: there is no API key
@@ -83,17 +81,9 @@ class AgentsDriver:
 
 @pytest.mark.slow
 def test_an_agents_sdk_agent_stores_every_turn_once_in_order_through_a_worker(
-    host: Host,
-    standin: HonchoStandIn,
-    workspace_id: str,
-    celery_process: Callable[..., Any],
+    scenario: Scenario,
 ) -> None:
-    celery_process("worker", concurrency=1)
-    exercise(AgentsDriver(host), host, standin, workspace_id)
-
-
-def outbox_files(data_dir: Path) -> list[Path]:
-    return sorted(p for p in data_dir.rglob("*.jsonl") if p.stat().st_size)
+    scenario(AgentsDriver)
 
 
 def test_an_input_part_it_cannot_map_is_refused_before_the_model_and_nothing_is_written(
@@ -129,9 +119,7 @@ def test_without_a_session_the_trailing_user_items_are_the_new_input(
     ]
     asyncio.run(memory.run(agent, history))
     asyncio.run(memory.run(agent, history))  # the same run again: a duplicate
-    (outbox,) = outbox_files(data_dir)
-    (record,) = [json.loads(line.split(" ", 1)[1]) for line in outbox.read_text().splitlines()]
-    assert [(m["entry_id"], m["text"]) for m in record["messages"]] == [
+    assert [(m["entry_id"], m["text"]) for m in only_record(data_dir)["messages"]] == [
         (2, "now\n[image not stored: memhoncho keeps text only]"),
         (3, "fine"),
     ]

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from framework_scenario import KEY, OWNER, exercise, model_reply
+from framework_scenario import KEY, OWNER, Scenario, model_reply, outbox_files
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ImageUrl,
@@ -26,7 +25,6 @@ from pydantic_ai.models.test import TestModel
 from memhoncho.capture.host import Host
 from memhoncho.errors import UnmappableMessage
 from memhoncho.integrations.pydantic_ai import HonchoMemory
-from memhoncho.testing import HonchoStandIn
 
 pytestmark = pytest.mark.standin(api_key=KEY, llm=True)
 
@@ -96,17 +94,9 @@ class PydanticAIDriver:
 
 @pytest.mark.slow
 def test_a_pydantic_ai_agent_stores_every_turn_once_in_order_through_a_worker(
-    host: Host,
-    standin: HonchoStandIn,
-    workspace_id: str,
-    celery_process: Callable[..., Any],
+    scenario: Scenario,
 ) -> None:
-    celery_process("worker", concurrency=1)
-    exercise(PydanticAIDriver(host), host, standin, workspace_id)
-
-
-def outbox_files(data_dir: Path) -> list[Path]:
-    return sorted(p for p in data_dir.rglob("*.jsonl") if p.stat().st_size)
+    scenario(PydanticAIDriver)
 
 
 def test_a_prompt_part_it_cannot_map_is_refused_before_the_model_and_nothing_is_written(
