@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,9 @@ from memhoncho.settings import API_KEY_SECTION, SECRETS_FILE, SETTINGS_FILE
 
 if TYPE_CHECKING:
     from memhoncho.testing.standin import HonchoStandIn
+
+#: the ``standin_settings`` fixture: ``point_at_standin`` with the test's dirs and stand-in
+SettingsWriter = Callable[..., dict[str, Any]]
 
 
 def write_settings(config_dir: Path, **values: Any) -> Path:

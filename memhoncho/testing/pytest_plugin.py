@@ -8,6 +8,9 @@ in a conftest).
   from the closest ``@pytest.mark.standin(...)`` marker, e.g. ``api_key="k", llm=True``.
 - ``settings``: the settings a test's deployment is built with. This default writes none; a
   module overrides it to write its own (``memhoncho.testing.config.write_settings``) first.
+- ``standin_settings``: ``standin_settings(**values)`` writes settings that point at the
+  stand-in's workspace, with the stand-in's API key, plus ``values``: what most ``settings``
+  overrides return.
 - ``deployment``: a ``Deployment`` on ``config_dir`` and ``data_dir``, after ``settings``.
 - ``host``: a ``Host`` on the deployment's folders, closed after the test.
 - ``celery_process``: start real ``celery worker|beat`` processes on the deployment's folders
@@ -30,6 +33,7 @@ import pytest
 if TYPE_CHECKING:
     from memhoncho.capture.host import Host
     from memhoncho.deployment import Deployment
+    from memhoncho.testing.config import SettingsWriter
     from memhoncho.testing.processes import CeleryProcess
     from memhoncho.testing.standin import HonchoStandIn
 
@@ -79,6 +83,19 @@ def standin(request: pytest.FixtureRequest) -> Iterator[HonchoStandIn]:
 def settings() -> dict[str, Any]:
     """No settings file: every setting at its default. Override to write some."""
     return {}
+
+
+@pytest.fixture
+def standin_settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> SettingsWriter:
+    from memhoncho.testing.config import point_at_standin
+
+    def write(**values: Any) -> dict[str, Any]:
+        """The settings written; the stand-in needs a key of its marker for this."""
+        if standin.api_key is None:
+            raise ValueError("standin_settings needs @pytest.mark.standin(api_key=...)")
+        return point_at_standin(config_dir, standin, workspace_id, standin.api_key, **values)
+
+    return write
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from memhoncho.errors import (
 from memhoncho.honcho import adapter
 from memhoncho.models import OUTBOX_ID_KEY, ForkRecord, Ledger
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import point_at_standin, write_settings
+from memhoncho.testing.config import SettingsWriter, write_settings
 from memhoncho.testing.runs import expected_texts, run_event
 
 KEY = "sk-delivery-test-key"
@@ -47,17 +47,9 @@ pytestmark = pytest.mark.standin(api_key=KEY)
 
 
 @pytest.fixture
-def settings(
-    config_dir: Path, standin: HonchoStandIn, workspace_id: str, store_url: str | None
-) -> dict[str, Any]:
-    return point_at_standin(
-        config_dir,
-        standin,
-        workspace_id,
-        KEY,
-        honcho_timeout_s=FAST_TIMEOUT_S,
-        store_url=store_url,
-        send_settle_s=SETTLE_S,
+def settings(standin_settings: SettingsWriter, store_url: str | None) -> dict[str, Any]:
+    return standin_settings(
+        honcho_timeout_s=FAST_TIMEOUT_S, store_url=store_url, send_settle_s=SETTLE_S
     )
 
 

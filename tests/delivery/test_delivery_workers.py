@@ -31,7 +31,7 @@ from memhoncho.models import OUTBOX_ID_KEY
 from memhoncho.store import hint_marks
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import point_at_standin, write_settings
+from memhoncho.testing.config import SettingsWriter, write_settings
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
 from memhoncho.testing.rabbitmq import private_vhost
 from memhoncho.testing.runs import expected_texts, run_event
@@ -91,20 +91,10 @@ def flush_broker(url: str) -> None:
 
 
 @pytest.fixture
-def settings(
-    config_dir: Path, standin: HonchoStandIn, workspace_id: str, broker_url: str
-) -> dict[str, Any]:
-    return point_at_standin(
-        config_dir,
-        standin,
-        workspace_id,
-        KEY,
-        broker_url=broker_url,
-        honcho_timeout_s=1.0,
-        # the fence after an unclear send: 4 x 1.0 + 1.0 s, short, yet long enough for a
-        # stand-in starved of CPU on a loaded machine to commit a slow request first
-        send_settle_s=1.0,
-    )
+def settings(standin_settings: SettingsWriter, broker_url: str) -> dict[str, Any]:
+    # the fence after an unclear send: 4 x 1.0 + 1.0 s, short, yet long enough for a
+    # stand-in starved of CPU on a loaded machine to commit a slow request first
+    return standin_settings(broker_url=broker_url, honcho_timeout_s=1.0, send_settle_s=1.0)
 
 
 @contextlib.contextmanager

@@ -24,14 +24,14 @@ from memhoncho.store.forks import clone_marker_path
 from memhoncho.store.ledger import read_ledger
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import point_at_standin
+from memhoncho.testing.config import SettingsWriter
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.worker import routing
 
-pytestmark = pytest.mark.slow
+API_KEY = "fork-test-key"
+pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=API_KEY)]
 
 TESTS_DIR = Path(__file__).resolve().parent
-API_KEY = "fork-test-key"
 HONCHO_TIMEOUT_S = 1.0  # seconds: the workers' client timeout, so a lost clone settles soon
 SEND_SETTLE_S = 0.5  # seconds: the fence's settle margin, short for the same reason
 HELD_S = 0.6  # seconds a latency fault holds the request a worker is killed inside
@@ -50,14 +50,8 @@ PARENT_TEXTS = ["p-u1", "p-a2", "p-u3", "p-a4", "p-u5", "p-a6"]
 
 
 @pytest.fixture
-def settings(
-    config_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
-) -> dict[str, Any]:
-    return point_at_standin(
-        config_dir,
-        standin,
-        workspace_id,
-        API_KEY,
+def settings(standin_settings: SettingsWriter, redis_url: str) -> dict[str, Any]:
+    return standin_settings(
         broker_url=redis_url,
         honcho_timeout_s=HONCHO_TIMEOUT_S,
         anchor_window=10,

@@ -26,7 +26,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.models import OUTBOX_ID_KEY
 from memhoncho.status.view import status_view
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import point_at_standin
+from memhoncho.testing.config import SettingsWriter, point_at_standin
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
 from memhoncho.testing.runs import expected_texts, run_event
 
@@ -44,17 +44,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=KEY)]
 
 
 @pytest.fixture
-def settings(
-    config_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
-) -> dict[str, Any]:
-    return point_at_standin(
-        config_dir,
-        standin,
-        workspace_id,
-        KEY,
-        broker_url=redis_url,
-        honcho_timeout_s=TIMEOUT_S,
-        send_settle_s=SETTLE_S,
+def settings(standin_settings: SettingsWriter, redis_url: str) -> dict[str, Any]:
+    return standin_settings(
+        broker_url=redis_url, honcho_timeout_s=TIMEOUT_S, send_settle_s=SETTLE_S
     )
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.errors import HonchoTimeout, HonchoUnreachable, InFlightSettling
 from memhoncho.models import OUTBOX_ID_KEY, Ledger
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import point_at_standin
+from memhoncho.testing.config import SettingsWriter
 from memhoncho.testing.runs import expected_texts, run_event
 
 KEY = "sk-unsent-test-key"
@@ -36,18 +35,8 @@ pytestmark = pytest.mark.standin(api_key=KEY)
 
 
 @pytest.fixture
-def settings(
-    config_dir: Path, standin: HonchoStandIn, workspace_id: str, store_url: str | None
-) -> dict[str, Any]:
-    return point_at_standin(
-        config_dir,
-        standin,
-        workspace_id,
-        KEY,
-        honcho_timeout_s=TIMEOUT_S,
-        send_settle_s=SETTLE_S,
-        store_url=store_url,
-    )
+def settings(standin_settings: SettingsWriter, store_url: str | None) -> dict[str, Any]:
+    return standin_settings(honcho_timeout_s=TIMEOUT_S, send_settle_s=SETTLE_S, store_url=store_url)
 
 
 def ledger(deployment: Deployment) -> Ledger:
