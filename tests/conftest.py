@@ -4,7 +4,7 @@ and worker fixtures come from memhoncho's own pytest plugin (``memhoncho.testing
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,26 @@ def redis_url(_redis_place: Any) -> Iterator[str]:
         pytest.skip(f"no Redis for the tests: {_redis_place.reason}")
     _redis_place.fresh()
     yield _redis_place.url
+
+
+@pytest.fixture
+def live_env(
+    config_dir: Path,
+    data_dir: Path,
+    redis_url: str,
+    standin: Any,
+    workspace_id: str,
+    standin_settings: Callable[..., dict[str, Any]],
+) -> Callable[..., dict[str, str]]:
+    """``live_env(**values)``: writes settings that point at the stand-in over this test's Redis
+    (plus ``values``); the environment of a memhoncho process on them."""
+    from memhoncho.testing.processes import standin_env
+
+    def write(**values: Any) -> dict[str, str]:
+        standin_settings(broker_url=redis_url, **values)
+        return standin_env(config_dir, data_dir, redis_url, standin, workspace_id)
+
+    return write
 
 
 @pytest.fixture(autouse=True)

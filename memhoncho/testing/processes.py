@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from socketserver import BaseServer
@@ -44,6 +44,16 @@ def wait_until(
             return value
         time.sleep(poll_s)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def terminate(process: subprocess.Popen[Any], timeout_s: float = STOP_TIMEOUT_S) -> int:
+    """SIGTERM, then SIGKILL if it has not ended after ``timeout_s``; its exit status."""
+    process.terminate()
+    try:
+        return process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
 
 
 @contextmanager

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memhoncho.testing.processes import terminate
+
 ENV_URL = "MEMHONCHO_TEST_REDIS_URL"
 SHARED_HOST, SHARED_PORT = "127.0.0.1", 6379
 #: databases of the shared server a run may claim (0 is left to whoever runs Redis by hand)
@@ -140,12 +142,7 @@ def _private(binary: str) -> RedisPlace:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    terminate(process, timeout_s=5)
 
 
 def _claimed() -> RedisPlace:

@@ -4,7 +4,6 @@ ready once its socket accepts, stopped with SIGTERM (SIGKILL past a timeout)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from memhoncho import dirs
 from memhoncho.capture.relay_socket import listening
+from memhoncho.testing.processes import terminate
 
 READY_TIMEOUT_S = 30.0
 
@@ -58,12 +58,7 @@ class RelayProcess:
         if self.proc is None:
             return None
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            terminate(self.proc, timeout_s)
         return self.proc.returncode
 
     def __enter__(self) -> RelayProcess:

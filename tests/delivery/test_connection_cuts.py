@@ -21,6 +21,7 @@ from test_delivery_workers import (
     conversations,
     fleet,
     run_audit,
+    swept,
     wait_delivered,
 )
 
@@ -30,7 +31,6 @@ from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.proxy import TcpProxy
 from memhoncho.testing.rabbitmq import private_vhost
-from memhoncho.upkeep.sweep import sweep
 
 KEY = "sk-connection-cuts-key"
 CUTS = 12  # cuts of each proxy while the host captures and the workers deliver
@@ -99,13 +99,7 @@ def test_cut_connections_to_rabbitmq_and_postgres_lose_and_duplicate_nothing(
             which = "broker" if n % 2 == 0 else "store"
             cut[which] += (broker_proxy if which == "broker" else store_proxy).cut()
         capturing.join()
-        wait_delivered(
-            standin,
-            workspace_id,
-            names,
-            runs,
-            redrive=lambda: sweep(deployment, host.enqueue_delivery),
-        )
+        wait_delivered(standin, workspace_id, names, runs, redrive=swept(deployment, host))
     print(f"connections cut={cut}")
     assert cut["broker"] >= CUTS and cut["store"] >= CUTS  # each cut ended live connections
     assert_each_conversation_complete_in_order_once(standin, deployment, workspace_id, names, runs)

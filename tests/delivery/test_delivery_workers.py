@@ -223,6 +223,12 @@ def wait_delivered(
         time.sleep(POLL_S)
 
 
+def swept(deployment: Deployment, host: Host) -> Callable[[], object]:
+    """A re-drive for ``wait_delivered``: sweep ``deployment`` into ``host``'s queue, as the
+    sweep task does."""
+    return lambda: sweep(deployment, host.enqueue_delivery)
+
+
 def assert_each_conversation_complete_in_order_once(
     standin: HonchoStandIn, deployment: Deployment, workspace_id: str, names: list[str], runs: int
 ) -> None:
@@ -307,13 +313,7 @@ def test_a_stand_in_failing_a_fifth_of_calls_loses_and_duplicates_nothing(
         )
     with fleet(config_dir, data_dir, MIXED_FLEET):
         capture_concurrently(host, names, runs, threads=2, pace_s=0.05)
-        wait_delivered(
-            standin,
-            workspace_id,
-            names,
-            runs,
-            redrive=lambda: sweep(deployment, host.enqueue_delivery),
-        )
+        wait_delivered(standin, workspace_id, names, runs, redrive=swept(deployment, host))
     fired = {f["kind"]: f["fired"] for f in standin.faults.list()}
     print(f"faults fired={fired} of {standin.request_count()} requests")
     assert all(fired[kind] > 0 for kind in ("http_500", "http_429", "timeout_after_commit")), fired

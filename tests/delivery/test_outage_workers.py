@@ -26,7 +26,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.models import OUTBOX_ID_KEY
 from memhoncho.status.view import status_view
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import SettingsWriter, point_at_standin
+from memhoncho.testing.config import SettingsWriter
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
 from memhoncho.testing.runs import expected_texts, run_event
 
@@ -179,15 +179,10 @@ def test_a_worker_killed_mid_send_delivers_one_deadline_and_the_margin_after_the
     standin: HonchoStandIn,
     workspace_id: str,
     redis_url: str,
+    standin_settings: SettingsWriter,
 ) -> None:
-    point_at_standin(
-        config_dir,
-        standin,
-        workspace_id,
-        KEY,
-        broker_url=redis_url,
-        honcho_timeout_s=KILL_TIMEOUT_S,
-        send_settle_s=KILL_SETTLE_S,
+    standin_settings(
+        broker_url=redis_url, honcho_timeout_s=KILL_TIMEOUT_S, send_settle_s=KILL_SETTLE_S
     )
     deployment = Deployment(config_dir, data_dir)
     name = "conv-killed"

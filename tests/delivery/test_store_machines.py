@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from test_delivery_workers import (  # the worker tests' waiting and judging, on the database
     assert_each_conversation_complete_in_order_once,
+    swept,
     wait_delivered,
 )
 
@@ -31,7 +32,6 @@ from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.postgres import PrivateCluster
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
 from memhoncho.testing.runs import run_event
-from memhoncho.upkeep.sweep import sweep
 
 KEY = "sk-machines-key"
 pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=KEY)]
@@ -157,14 +157,7 @@ def settle(
     host: Host,
 ) -> None:
     """Wait until every run is delivered, sweeping ``deployment`` into ``host``'s queue."""
-    wait_delivered(
-        standin,
-        workspace_id,
-        names,
-        runs,
-        timeout_s=SETTLE_TIMEOUT_S,
-        redrive=lambda: sweep(deployment, host.enqueue_delivery),
-    )
+    wait_delivered(standin, workspace_id, names, runs, SETTLE_TIMEOUT_S, swept(deployment, host))
 
 
 def assert_no_local_state(machines: list[Deployment]) -> None:

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -19,7 +20,8 @@ from mcp.client.streamable_http import streamable_http_client
 from memhoncho import ids
 from memhoncho.deployment import Deployment
 from memhoncho.integrations.mcp import scope
-from memhoncho.testing.processes import memhoncho_env, wait_until
+from memhoncho.models import Snapshot
+from memhoncho.testing.processes import memhoncho_env, terminate, wait_until
 
 MEMHONCHO = [sys.executable, "-m", "memhoncho"]
 HTTP_START_S = 60.0  # seconds the HTTP server may take to listen (a loaded machine)
@@ -66,12 +68,7 @@ def http_server(config_dir: Path, data_dir: Path, *options: str) -> Iterator[str
         wait_until(lambda: _listening(port, process), "the MCP HTTP server", HTTP_START_S)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process, timeout_s=20)
         assert process.stderr is not None
         process.stderr.close()
 
@@ -132,3 +129,23 @@ def answer(result: Any) -> dict[str, Any]:
 
 def wait_for(check: Any, what: str, timeout_s: float = 240.0) -> Any:
     return wait_until(check, what, timeout_s, poll_s=0.25)
+
+
+def write_scoped_snapshot(
+    deployment: Deployment, owner: str, conversation: str, representation: str, **extra: Any
+) -> str:
+    """The local snapshot of ``owner``'s ``conversation`` as a refresh writes it (``extra``:
+    more of its fields); the scoped conversation id it is stored under."""
+    stored = scope.scoped(owner, conversation)
+    snapshot = Snapshot(
+        conversation_id=stored,
+        workspace_id="memhoncho",
+        user_peer_id=ids.peer_id(owner),
+        agent_peer_id="agent",
+        representation=representation,
+        context_tokens=2000,
+        fetched_at=time.time(),
+        **extra,
+    )
+    deployment.store().write_snapshot(ids.conversation_key(stored), snapshot)
+    return stored

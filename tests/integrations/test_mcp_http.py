@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +23,13 @@ from mcp_support import (
     server_env,
     tree,
     wait_for,
+    write_scoped_snapshot,
 )
 
 from memhoncho import ids
 from memhoncho.deployment import Deployment
 from memhoncho.errors import ConfigError
 from memhoncho.integrations.mcp import auth, scope
-from memhoncho.models import Snapshot
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
@@ -137,19 +136,8 @@ def test_a_session_opened_with_one_token_is_refused_to_another(
 def test_each_token_reads_the_prompt_sections_of_its_owner_only(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
-    stored = scope.scoped(ANA, "work")
-    Deployment(config_dir, data_dir).store().write_snapshot(
-        ids.conversation_key(stored),
-        Snapshot(
-            conversation_id=stored,
-            workspace_id="memhoncho",
-            user_peer_id=ids.peer_id(ANA),
-            agent_peer_id="agent",
-            representation="Ana keeps her notes in Portuguese.",
-            context_tokens=2000,
-            fetched_at=time.time(),
-        ),
-    )
+    deployment = Deployment(config_dir, data_dir)
+    write_scoped_snapshot(deployment, ANA, "work", "Ana keeps her notes in Portuguese.")
     tokens = tokens_file(tmp_path, f"{ANA_TOKEN} {ANA}\n{BO_TOKEN} {BO}\n")
 
     async def sections(url: str, token: str) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +15,10 @@ import anyio
 import mcp_types
 import pytest
 from mcp.shared.exceptions import MCPError
-from mcp_support import answer, records, refusal, stdio_session, tree
+from mcp_support import answer, records, refusal, stdio_session, tree, write_scoped_snapshot
 
-from memhoncho import ids
 from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
-from memhoncho.integrations.mcp import scope
-from memhoncho.models import Snapshot
 from memhoncho.recall import tools as recall_tools
 from memhoncho.recall.arguments import parameters_schema
 from memhoncho.testing.config import write_settings
@@ -165,19 +161,8 @@ def test_the_prompt_sections_are_a_resource_and_a_prompt_of_the_owner_only(
     config_dir: Path, data_dir: Path, settings: dict[str, Any]
 ) -> None:
     deployment = Deployment(config_dir, data_dir)
-    stored = scope.scoped(OWNER, "trip")
-    deployment.store().write_snapshot(
-        ids.conversation_key(stored),
-        Snapshot(
-            conversation_id=stored,
-            workspace_id="memhoncho",
-            user_peer_id=ids.peer_id(OWNER),
-            agent_peer_id="agent",
-            representation="Ana travels by train.",
-            peer_card=["Lives in Lisbon"],
-            context_tokens=2000,
-            fetched_at=time.time(),
-        ),
+    write_scoped_snapshot(
+        deployment, OWNER, "trip", "Ana travels by train.", peer_card=["Lives in Lisbon"]
     )
 
     async def read(owner: str, default: str) -> tuple[Any, Any, Any, Any, Any]:

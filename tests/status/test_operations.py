@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,7 @@ import pytest
 from memhoncho import cli
 from memhoncho.cli import doctor
 from memhoncho.deployment import Deployment
-from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import point_at_standin
-from memhoncho.testing.processes import CeleryProcess, standin_env
+from memhoncho.testing.processes import CeleryProcess
 from memhoncho.worker import routing
 
 KEY = "sk-operations-test-key"
@@ -61,15 +60,8 @@ def test_doctor_fails_a_broken_setup_and_says_what_to_do(
 
 
 @pytest.fixture
-def live(
-    config_dir: Path,
-    data_dir: Path,
-    redis_url: str,
-    standin: HonchoStandIn,
-    workspace_id: str,
-) -> dict[str, str]:
-    point_at_standin(config_dir, standin, workspace_id, KEY, broker_url=redis_url)
-    return standin_env(config_dir, data_dir, redis_url, standin, workspace_id)
+def live(live_env: Callable[..., dict[str, str]]) -> dict[str, str]:
+    return live_env()
 
 
 ALL_QUEUES = [*routing.deliver_queues(8), routing.RECALL_QUEUE, routing.MAINTENANCE_QUEUE]

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.status.view import status_view
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
-from memhoncho.testing.processes import CeleryProcess, memhoncho_env, standin_env, wait_until
+from memhoncho.testing.processes import CeleryProcess, memhoncho_env, wait_until
 from memhoncho.testing.runs import answered_run
 from memhoncho.worker import routing
 
@@ -35,20 +36,9 @@ ALL_QUEUES = [*routing.deliver_queues(8), routing.RECALL_QUEUE, routing.MAINTENA
 
 
 @pytest.fixture
-def live(
-    config_dir: Path, data_dir: Path, redis_url: str, standin: HonchoStandIn, workspace_id: str
-) -> dict[str, str]:
-    point_at_standin(
-        config_dir,
-        standin,
-        workspace_id,
-        KEY,
-        broker_url=redis_url,
-        # a failed send is fenced (4 x 1 + 0.5 s) before its reconcile: failures come in seconds
-        honcho_timeout_s=1.0,
-        send_settle_s=0.5,
-    )
-    return standin_env(config_dir, data_dir, redis_url, standin, workspace_id)
+def live(live_env: Callable[..., dict[str, str]]) -> dict[str, str]:
+    # a failed send is fenced (4 x 1 + 0.5 s) before its reconcile: failures come in seconds
+    return live_env(honcho_timeout_s=1.0, send_settle_s=0.5)
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:
