@@ -26,12 +26,26 @@ def write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def test_a_tidy_tree_passes(tmp_path: Path) -> None:
+def package(tmp_path: Path, files: dict[str, str]) -> Path:
+    """The package ``pkg`` under ``tmp_path``, holding ``files`` (path: text); it and each of
+    its folders get an empty ``__init__.py``."""
     pkg = tmp_path / "pkg"
     write(pkg / "__init__.py", "")
-    write(pkg / "low" / "__init__.py", "")
-    write(pkg / "low" / "base.py", "X = 1\n")
-    write(pkg / "high.py", "from pkg.low import base\nfrom .low.base import X\n")
+    for name, text in files.items():
+        for folder in Path(name).parents[:-1]:
+            write(pkg / folder / "__init__.py", "")
+        write(pkg / name, text)
+    return pkg
+
+
+def test_a_tidy_tree_passes(tmp_path: Path) -> None:
+    pkg = package(
+        tmp_path,
+        {
+            "low/base.py": "X = 1\n",
+            "high.py": "from pkg.low import base\nfrom .low.base import X\n",
+        },
+    )
 
     code, report = run_layout(pkg)
 
@@ -45,15 +59,14 @@ def test_a_tidy_tree_passes(tmp_path: Path) -> None:
 def test_a_circle_through_a_function_level_import_and_a_long_file_are_found(
     tmp_path: Path,
 ) -> None:
-    pkg = tmp_path / "pkg"
-    write(pkg / "__init__.py", "")
-    write(pkg / "store" / "__init__.py", "")
-    write(pkg / "store" / "base.py", "from pkg.store.forks import Fork\n")
-    write(pkg / "store" / "forks.py", "def summary():\n    from pkg.store import base\n")
-    write(pkg / "store" / "tidy.py", "from . import base\n")  # one way only: no circle
-    write(pkg / "bench" / "__init__.py", "")
-    write(pkg / "bench" / "long.py", "x = 1\n" * 401)
-    write(pkg / "bench" / "short.py", "x = 1\n" * 400)
+    files = {
+        "store/base.py": "from pkg.store.forks import Fork\n",
+        "store/forks.py": "def summary():\n    from pkg.store import base\n",
+        "store/tidy.py": "from . import base\n",  # one way only: no circle
+        "bench/long.py": "x = 1\n" * 401,
+        "bench/short.py": "x = 1\n" * 400,
+    }
+    pkg = package(tmp_path, files)
 
     code, report = run_layout(pkg)
 
@@ -69,10 +82,7 @@ def test_a_circle_through_a_function_level_import_and_a_long_file_are_found(
 
 
 def test_an_eleventh_flat_module_breaks_the_limit(tmp_path: Path) -> None:
-    pkg = tmp_path / "pkg"
-    write(pkg / "__init__.py", "")
-    for i in range(10):
-        write(pkg / f"m{i}.py", "")
+    pkg = package(tmp_path, {f"m{i}.py": "" for i in range(10)})
 
     code, report = run_layout(pkg)
 
@@ -82,10 +92,9 @@ def test_an_eleventh_flat_module_breaks_the_limit(tmp_path: Path) -> None:
 
 
 def test_the_text_report_names_the_circle_and_the_long_file(tmp_path: Path) -> None:
-    pkg = tmp_path / "pkg"
-    write(pkg / "__init__.py", "")
-    write(pkg / "a.py", "import pkg.b\n" + "y = 2\n" * 410)
-    write(pkg / "b.py", "from pkg import a\n")
+    pkg = package(
+        tmp_path, {"a.py": "import pkg.b\n" + "y = 2\n" * 410, "b.py": "from pkg import a\n"}
+    )
 
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--root", str(pkg)], capture_output=True, text=True
@@ -99,13 +108,12 @@ def test_the_text_report_names_the_circle_and_the_long_file(tmp_path: Path) -> N
 def test_two_packages_importing_each_other_are_a_package_circle_without_a_module_circle(
     tmp_path: Path,
 ) -> None:
-    pkg = tmp_path / "pkg"
-    write(pkg / "__init__.py", "")
-    write(pkg / "store" / "__init__.py", "")
-    write(pkg / "store" / "files.py", "from pkg.status.census import Census\n")
-    write(pkg / "status" / "__init__.py", "")
-    write(pkg / "status" / "census.py", "Census = int\n")
-    write(pkg / "status" / "view.py", "from pkg.store import files\n")  # status -> store too
+    files = {
+        "store/files.py": "from pkg.status.census import Census\n",
+        "status/census.py": "Census = int\n",
+        "status/view.py": "from pkg.store import files\n",  # status -> store too
+    }
+    pkg = package(tmp_path, files)
 
     code, report = run_layout(pkg)
 
