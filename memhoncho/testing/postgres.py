@@ -48,7 +48,9 @@ def _unreachable(url: str, exc: Exception) -> None:
 
 
 @contextmanager
-def private_database(server_url: str) -> Iterator[str]:
+def private_database(server_url: str, *, upgrade: bool = True) -> Iterator[str]:
+    """A database of this test's own on ``server_url``, at the current schema (``upgrade``
+    False: empty), dropped afterwards."""
     import psycopg
 
     from memhoncho.store import close_stores, schema
@@ -62,7 +64,8 @@ def private_database(server_url: str) -> Iterator[str]:
     try:
         admin.execute(f'CREATE DATABASE "{name}"')
         url = with_database(server_url, name)
-        schema.upgrade(url)
+        if upgrade:
+            schema.upgrade(url)
         yield url
     finally:
         close_stores()

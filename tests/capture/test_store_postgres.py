@@ -25,7 +25,7 @@ from memhoncho.store.layout import Layout
 from memhoncho.store.migrate import migrate
 from memhoncho.store.postgres import SCHEMA_REVISION, PostgresStore
 from memhoncho.testing.config import write_settings
-from memhoncho.testing.postgres import with_database
+from memhoncho.testing.postgres import private_database
 from memhoncho.testing.runs import run_event
 
 CONVERSATION = "shared-chat"
@@ -140,11 +140,7 @@ def test_a_database_without_the_schema_is_a_clear_error_until_db_upgrade(
     from memhoncho.store import schema
     from memhoncho.store.postgres import SCHEMA_REVISION
 
-    name = f"memhoncho_behind_{int(time.time() * 1000)}"
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = with_database(postgres_url, name)
-    try:
+    with private_database(postgres_url, upgrade=False) as url:
         store = PostgresStore(url, connect_timeout_s=2)
         with pytest.raises(StoreSchemaBehind) as caught:
             store.read_ledger("k")
@@ -165,9 +161,6 @@ def test_a_database_without_the_schema_is_a_clear_error_until_db_upgrade(
         assert store.read_ledger("k") is None
         assert (store.census().pending_batches, store.census().pending_messages) == (1, 2)
         store.close()
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 def test_an_upgrade_from_0003_adds_the_snapshot_table_and_keeps_the_state(
@@ -176,11 +169,7 @@ def test_an_upgrade_from_0003_adds_the_snapshot_table_and_keeps_the_state(
     from memhoncho.models import Snapshot
     from memhoncho.store import schema
 
-    name = f"memhoncho_0003_{int(time.time() * 1000)}"
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = with_database(postgres_url, name)
-    try:
+    with private_database(postgres_url, upgrade=False) as url:
         assert schema.upgrade(url, "0003") == "0003"  # the release before snapshots
         behind = PostgresStore(url, connect_timeout_s=2)
         with pytest.raises(StoreSchemaBehind) as caught:
@@ -211,9 +200,6 @@ def test_an_upgrade_from_0003_adds_the_snapshot_table_and_keeps_the_state(
         assert store.remove_snapshot("k") and not store.remove_snapshot("k")
         store.close()
         behind.close()
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 def test_a_conversation_lock_dies_with_the_process_holding_it(

@@ -31,7 +31,7 @@ from memhoncho.models import OUTBOX_ID_KEY
 from memhoncho.store import hint_marks
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import SettingsWriter, write_settings
+from memhoncho.testing.config import SettingsWriter, point_at_standin
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
 from memhoncho.testing.rabbitmq import private_vhost
 from memhoncho.testing.runs import expected_texts, run_event
@@ -421,10 +421,11 @@ def deliver_through_commit_faults_and_kills(
     """The issue's run: 50 conversations x 100 runs through faults that commit, and kills, on
     ``host``'s folders."""
     config_dir, data_dir = host.deployment.config_dir, host.deployment.data_dir
-    write_settings(
+    point_at_standin(
         config_dir,
-        base_url=standin.url,
-        workspace_id=workspace_id,
+        standin,
+        workspace_id,
+        KEY,
         broker_url=broker_url,
         honcho_timeout_s=BIG_TIMEOUT_S,
         send_settle_s=BIG_SETTLE_S,
