@@ -38,19 +38,18 @@ def sweep_command(args: argparse.Namespace) -> int:
     host = Host(args.config_dir, args.data_dir, initialise=False)
     with host, progress.bar("sweep") as advance:
         report = sweep(host.deployment, host.enqueue_delivery, progress=advance)
-    if args.json:
-        print_json(report.model_dump(mode="json"))
-    else:
-        print(
-            f"swept {count(report.listed, 'conversation')} in {report.duration_s:.3f}s:"
-            f" {report.pending} pending ({report.enqueued} enqueued),"
-            f" {report.dropped_delivered} delivered records compacted,"
-            f" {report.dead_lettered} moved to dead letters,"
-            f" {report.quarantined} lines quarantined, {count(len(report.failures), 'failure')}"
-        )
-        for failure in report.failures:
-            where = failure.conversation_id or failure.conversation_key or "-"
-            print(f"  {failure.stage} {where}: {failure.code}: {failure.message}")
+    summary = (
+        f"swept {count(report.listed, 'conversation')} in {report.duration_s:.3f}s:"
+        f" {report.pending} pending ({report.enqueued} enqueued),"
+        f" {report.dropped_delivered} delivered records compacted,"
+        f" {report.dead_lettered} moved to dead letters,"
+        f" {report.quarantined} lines quarantined, {count(len(report.failures), 'failure')}"
+    )
+    failures = [
+        f"  {f.stage} {f.conversation_id or f.conversation_key or '-'}: {f.code}: {f.message}"
+        for f in report.failures
+    ]
+    _print_report(args, report.model_dump(mode="json"), [summary, *failures])
     return 1 if report.failures else 0
 
 
@@ -65,13 +64,11 @@ def replay_command(args: argparse.Namespace) -> int:
         report = replay(
             host.deployment, args.conversation, enqueue=host.enqueue_delivery, progress=advance
         )
-    if args.json:
-        print_json(report.model_dump(mode="json"))
-    else:
-        print(
-            f"replayed {report.replayed} dead records into the outbox,"
-            f" {report.already_present} were already there or delivered, {report.left} left"
-        )
+    summary = (
+        f"replayed {report.replayed} dead records into the outbox,"
+        f" {report.already_present} were already there or delivered, {report.left} left"
+    )
+    _print_report(args, report.model_dump(mode="json"), [summary])
     return 1 if report.left else 0
 
 
@@ -88,8 +85,13 @@ def audit_command(args: argparse.Namespace) -> int:
     deployment = Deployment.from_dirs(args.config_dir, args.data_dir)
     require_initialised(deployment.data_dir)
     report = audit.audit(deployment, args.conversation, progress=progress)
-    if args.json:
-        print_json(report.as_dict())
-    else:
-        print(audit.render(report))
+    _print_report(args, report.as_dict(), [audit.render(report)])
     return 0 if report.ok else 1
+
+
+def _print_report(args: argparse.Namespace, as_json: Any, lines: list[str]) -> None:
+    """A command's report: as JSON with ``--json``, else its text lines."""
+    if args.json:
+        print_json(as_json)
+    else:
+        print("\n".join(lines))

@@ -95,18 +95,15 @@ class SummaryCache:
 
     def _read_ledger(self, key: str, row: Row, errors: list[str]) -> None:
         path = self.layout.ledger(key)
-        try:
-            data = path.read_bytes()
-            ledger = Ledger.model_validate_json(data)
-        except FileNotFoundError:
-            row[L_STATE] = ABSENT
+        state, data = _read(path, "ledger", errors)
+        if state == ABSENT:
             row[DELIVERED] = row[SESSION] = 0
             row[LAST] = NAN
+        if data is None:
+            row[L_STATE] = state
             return
-        except OSError as exc:
-            errors.append(f"cannot read ledger {path.name} ({reason(exc)})")
-            row[L_STATE] = BAD
-            return
+        try:
+            ledger = Ledger.model_validate_json(data)
         except (ValidationError, ValueError):
             errors.append(f"ledger {path.name} is corrupt")
             row[L_STATE] = BAD
@@ -120,14 +117,9 @@ class SummaryCache:
         path = self.layout.outbox(key)
         row[PB] = row[PM] = row[CORRUPT] = 0
         row[OLDEST] = NAN
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            row[O_STATE] = ABSENT
-            return
-        except OSError as exc:
-            errors.append(f"cannot read outbox {path.name} ({reason(exc)})")
-            row[O_STATE] = BAD
+        state, data = _read(path, "outbox", errors)
+        if data is None:
+            row[O_STATE] = state
             return
         parsed = parse(data)
         delivered = row[DELIVERED] if row[L_STATE] == READ else 0
@@ -335,3 +327,15 @@ def _totals(rows: dict[str, Row]) -> tuple[Any, ...]:
         oldest if oldest != math.inf else None,
         newest if newest != -math.inf else None,
     )
+
+
+def _read(path: Path, what: str, errors: list[str]) -> tuple[int, bytes | None]:
+    """A state file's bytes (READ), or why there are none: ABSENT, or BAD with the reason
+    added to ``errors``."""
+    try:
+        return READ, path.read_bytes()
+    except FileNotFoundError:
+        return ABSENT, None
+    except OSError as exc:
+        errors.append(f"cannot read {what} {path.name} ({reason(exc)})")
+        return BAD, None
