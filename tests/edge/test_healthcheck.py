@@ -18,6 +18,7 @@ from memhoncho.capture.example_host import main as example_host
 from memhoncho.deployment import Deployment
 from memhoncho.status.http import StatusServer, status_token
 from memhoncho.testing.processes import serving
+from memhoncho.testing.runs import answered_run
 
 TOKEN = "status-token-from-a-file"
 
@@ -130,13 +131,7 @@ def test_the_example_host_captures_each_json_line_and_reports_refusals(
 ) -> None:
     monkeypatch.setenv("MEMHONCHO_CONFIG_DIR", str(config_dir))
     monkeypatch.setenv("MEMHONCHO_DATA_DIR", str(data_dir))
-    run = {
-        "conversation_id": "c-1",
-        "owner": None,
-        "run_id": "r-1",
-        "inputs": [{"entry_id": 1, "text": "hello"}],
-        "outcome": {"status": "unanswered"},
-    }
+    run = answered_run("c-1", "r-1", owner=None)
     lines = "\n".join([json.dumps(run), json.dumps(run), "not json", json.dumps({"x": 1}), ""])
     out = io.StringIO()
     assert example_host(io.StringIO(lines), out) == 1
