@@ -18,17 +18,13 @@ from typing import Any
 
 from kombu import Connection, Exchange, Queue
 
+from memhoncho.bench.figures import percentile
 from memhoncho.celery_app import embedded_broker
 from memhoncho.worker import routing
 
 DEFAULT_MESSAGES = 500
 REFERENCE_REDIS = "redis://127.0.0.1:6379/14"
 HINT = {"task": routing.DELIVER_TASK, "args": ["conversation-0001"], "kwargs": {}}
-
-
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def _measure(url: str, options: dict[str, Any], messages: int) -> dict[str, Any]:
@@ -53,7 +49,7 @@ def _measure(url: str, options: dict[str, Any], messages: int) -> dict[str, Any]
     drain_s = time.perf_counter() - start
     return {
         "publish_p50_ms": round(statistics.median(latencies), 3),
-        "publish_p99_ms": round(_percentile(latencies, 0.99), 3),
+        "publish_p99_ms": round(percentile(latencies, 0.99), 3),
         "drain_msgs_per_s": round(messages / drain_s, 1),
     }
 

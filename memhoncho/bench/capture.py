@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import socket
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from kombu import Connection, Exchange, Producer, Queue
 
 from memhoncho import ids
 from memhoncho.bench import redis_url
+from memhoncho.bench.figures import latency_figures
 from memhoncho.capture.host import Host
 from memhoncho.settings import SECRETS_FILE, SETTINGS_FILE
 from memhoncho.store import hint_marks
@@ -47,18 +47,6 @@ ANSWER_TEXT = "Start with the soil: test it, then add compost where it is thin. 
 BENCH_KEY = "bench-api-key"  # a stand-in key: nothing calls Honcho here
 
 T = TypeVar("T")
-
-
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def _summary(latencies_ms: list[float]) -> dict[str, float]:
-    return {
-        "p50_ms": round(statistics.median(latencies_ms), 3),
-        "p99_ms": round(_percentile(latencies_ms, 0.99), 3),
-    }
 
 
 def _run(i: int) -> dict[str, Any]:
@@ -169,7 +157,11 @@ def _measure(samples: int, root: Path, broker_url: str | None) -> dict[str, Any]
     finally:
         floor.close()
         host.close()
-    capture, bare, coalesced = _summary(capture_ms), _summary(floor_ms), _summary(coalesced_ms)
+    capture, bare, coalesced = (
+        latency_figures(capture_ms),
+        latency_figures(floor_ms),
+        latency_figures(coalesced_ms),
+    )
     return {
         "capture": capture,
         "floor": bare,
@@ -199,7 +191,7 @@ def _broker_down(samples: int, root: Path) -> dict[str, Any]:
                 enqueued += result.enqueued
     finally:
         host_log.setLevel(level)
-    return {**_summary(latencies), "first_ms": round(latencies[0], 3), "enqueued": enqueued}
+    return {**latency_figures(latencies), "first_ms": round(latencies[0], 3), "enqueued": enqueued}
 
 
 def _clean_redis() -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from memhoncho import ids
+from memhoncho.bench.figures import latency_figures
 from memhoncho.capture.host import Host
 from memhoncho.models import Snapshot
 from memhoncho.testing.config import write_api_key, write_settings
@@ -152,14 +153,6 @@ FRAMEWORKS: dict[str, tuple[str, Callable[[Host | None], Turn]]] = {
 # ---------------------------------------------------------------------------- measuring
 
 
-def _figures(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "p50_ms": round(statistics.median(ordered), 3),
-        "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 3),
-    }
-
-
 def _turns(turn: Turn, prefix: str, samples: int) -> list[float]:
     turn(f"{prefix}-warm", "warm up")  # imports, first clients, first files
     times = []
@@ -201,14 +194,14 @@ def _framework(name: str, make: Callable[[Host | None], Turn], root: Path, sampl
         with_memory = _turns(make(cast(Host, timed)), f"{name}-memory", samples)
     inside = [c + s for c, s in zip(timed.capture_ms[1:], timed.sections_ms[1:], strict=False)]
     return {
-        "framework_turn": _figures(alone),
-        "turn_with_memhoncho": _figures(with_memory),
+        "framework_turn": latency_figures(alone),
+        "turn_with_memhoncho": latency_figures(with_memory),
         #: p50 with memhoncho minus p50 alone: capture and sections, and also the framework
         #: handling three more tools, the instructions callable and reading the history's length
         "added_p50_ms": round(statistics.median(with_memory) - statistics.median(alone), 3),
-        "in_memhoncho": _figures(inside),
-        "capture": _figures(timed.capture_ms[1:]),
-        "sections": _figures(timed.sections_ms[1:]),
+        "in_memhoncho": latency_figures(inside),
+        "capture": latency_figures(timed.capture_ms[1:]),
+        "sections": latency_figures(timed.sections_ms[1:]),
         "sections_calls_per_turn": round(len(timed.sections_ms) / (samples + 1), 2),
     }
 

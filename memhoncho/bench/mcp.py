@@ -11,7 +11,6 @@ neither path publishes a hint: both are the append and fsync, and the difference
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -19,23 +18,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from memhoncho.bench.figures import latency_figures
+
 DEFAULT_SAMPLES = 200  # saves, and as many captures
 WARMUP = 10  # of each, not counted
 USER_CHARS = 600  # the turn: about 2.6 KB of text, as `bench capture` measures
 ANSWER_CHARS = 2_000
 OWNER = "bench@example.com"
-
-
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def _figures(latencies_ms: list[float]) -> dict[str, float]:
-    return {
-        "p50_ms": round(statistics.median(latencies_ms), 3),
-        "p99_ms": round(_percentile(latencies_ms, 0.99), 3),
-    }
 
 
 def _turn(i: int) -> tuple[str, str]:
@@ -95,12 +84,12 @@ async def _measure(config_dir: Path, data_dir: Path, samples: int) -> dict[str, 
                     pings.append((pinged - start) * 1000)
                     saves.append((done - pinged) * 1000)
                     captures.append((ended - began) * 1000)
-    save_fig, capture_fig = _figures(saves), _figures(captures)
+    save_fig, capture_fig = latency_figures(saves), latency_figures(captures)
     return {
         "turn_chars": USER_CHARS + ANSWER_CHARS,
         "mcp_save_stdio": save_fig,
         "host_capture_in_process": capture_fig,
-        "mcp_ping_stdio": _figures(pings),
+        "mcp_ping_stdio": latency_figures(pings),
         "save_over_capture_p50": round(save_fig["p50_ms"] / capture_fig["p50_ms"], 2),
         "save_minus_capture_p50_ms": round(save_fig["p50_ms"] - capture_fig["p50_ms"], 3),
         "hints": "none: no API key, so both paths are the append and fsync",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from memhoncho import ids
-from memhoncho.bench.broker import _percentile
+from memhoncho.bench.figures import latency_figures, percentile
 from memhoncho.bench.records import bench_record
 from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
@@ -59,13 +59,6 @@ def deployment_on(root: Path, url: str, **settings: Any) -> Deployment:
     config = root / "config"
     write_settings(config, store_url=url, **settings)
     return Deployment(config, root / "data")
-
-
-def _summary(latencies_ms: list[float]) -> dict[str, float]:
-    return {
-        "p50_ms": round(statistics.median(latencies_ms), 3),
-        "p99_ms": round(_percentile(latencies_ms, 0.99), 3),
-    }
 
 
 def _timed(action: Callable[[], Any]) -> tuple[float, Any]:
@@ -121,7 +114,7 @@ def capture_figures(
         finally:
             host.close()
             floor.close()
-    capture, bare = _summary(capture_ms), _summary(floor_ms)
+    capture, bare = latency_figures(capture_ms), latency_figures(floor_ms)
     return {
         "capture": capture,
         "floor_insert_commit": bare,
@@ -287,7 +280,7 @@ def _status_once(
         "first_read_ms": round(first_s * 1000, 2),
         "read": {
             "p50_ms": round(statistics.median(reads), 2),
-            "p99_ms": round(_percentile(reads, 0.99), 2),
+            "p99_ms": round(percentile(reads, 0.99), 2),
             "max_ms": round(max(reads), 2),
         },
     }

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from memhoncho.bench.figures import percentile
 from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
@@ -40,11 +41,6 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
 def _measure(call: Callable[[str, dict[str, Any]], Any], samples: int) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     for name, arguments in CALLS:
@@ -56,7 +52,7 @@ def _measure(call: Callable[[str, dict[str, Any]], Any], samples: int) -> dict[s
             latencies.append((time.perf_counter() - start) * 1000)
         figures[name] = {
             "p50_ms": round(statistics.median(latencies), 2),
-            "p99_ms": round(_percentile(latencies, 0.99), 2),
+            "p99_ms": round(percentile(latencies, 0.99), 2),
         }
     return figures
 

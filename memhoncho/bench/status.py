@@ -9,14 +9,13 @@ server does. The target is <= 100 ms.
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from memhoncho import ids
-from memhoncho.bench.broker import _percentile
+from memhoncho.bench.figures import latency_figures, percentile
 from memhoncho.deployment import Deployment
 from memhoncho.models import Ledger
 from memhoncho.status.view import StatusReader
@@ -80,11 +79,7 @@ def _timed(read: Any) -> tuple[float, dict[str, Any]]:
 
 
 def _figures(samples: list[float]) -> dict[str, float]:
-    return {
-        "p50_ms": round(statistics.median(samples), 2),
-        "p99_ms": round(_percentile(samples, 0.99), 2),
-        "max_ms": round(max(samples), 2),
-    }
+    return {**latency_figures(samples, digits=2), "max_ms": round(max(samples), 2)}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -116,5 +111,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cli_read": _figures(fresh),
         "server_read": _figures(kept),
         "target_ms": TARGET_MS,
-        "within_target": max(_percentile(fresh, 0.99), _percentile(kept, 0.99)) <= TARGET_MS,
+        "within_target": max(percentile(fresh, 0.99), percentile(kept, 0.99)) <= TARGET_MS,
     }
