@@ -285,26 +285,18 @@ class ViewCollector:
                 tasks.get("live_workers"),
             ),
         ]
-        depths = view.get("queues", {}).get("depths")
-        if isinstance(depths, dict):
-            found.append(
-                labelled(
-                    "queue_depth",
-                    "messages waiting in a broker queue",
-                    [({"queue": q}, d) for q, d in sorted(depths.items())],
-                    counter=False,
-                )
-            )
-        consumers = tasks.get("consumers")
-        if isinstance(consumers, dict):
-            found.append(
-                labelled(
-                    "queue_consumers",
-                    "live workers consuming a broker queue",
-                    [({"queue": q}, n) for q, n in sorted(consumers.items())],
-                    counter=False,
-                )
-            )
+        per_queue = (
+            (
+                "queue_depth",
+                "messages waiting in a broker queue",
+                view.get("queues", {}).get("depths"),
+            ),
+            ("queue_consumers", "live workers consuming a broker queue", tasks.get("consumers")),
+        )
+        for name, help_text, by_queue in per_queue:
+            if isinstance(by_queue, dict):
+                samples = [({"queue": q}, n) for q, n in sorted(by_queue.items())]
+                found.append(labelled(name, help_text, samples, counter=False))
         per_task = sorted((tasks.get("tasks") or {}).items())
         found += [
             labelled(
