@@ -205,11 +205,18 @@ def test_dead_letters_forks_and_departures_are_counted(
     store.append_dead("c-1", [{"seq": 1, "batch_id": "a"}, {"seq": 2, "batch_id": "b"}], "test")
     store.append_dead("c-2", [{"seq": 1, "batch_id": "c"}], "test")
     store.create_fork("child", ForkRecord(parent_id="p", child_id="c", at_entry=1, created_at=1))
-    store.write_departure("ana", {"peer_id": "ana", "at": 5.0, "purged": True})
-    view = status_view(ctx)
+    store.write_departure("ana", DEPARTURE)
+    assert_dead_forks_and_departures_counted(status_view(ctx))
+
+
+DEPARTURE = {"peer_id": "ana", "at": 5.0, "purged": True}
+
+
+def assert_dead_forks_and_departures_counted(view: dict[str, Any]) -> None:
+    """Two dead-letter files holding three records, one pending fork, ana's departure."""
     assert view["dead_letters"] == {"state": "ok", "files": 2, "records": 3}
     assert view["forks"]["pending"] == 1
-    assert view["departures"]["notices"] == [{"peer_id": "ana", "at": 5.0, "purged": True}]
+    assert view["departures"]["notices"] == [DEPARTURE]
 
 
 def test_dead_letter_and_quarantine_files_are_counted_by_line(
@@ -222,14 +229,10 @@ def test_dead_letter_and_quarantine_files_are_counted_by_line(
     ctx.layout.quarantine_dir.mkdir(parents=True)
     ctx.layout.quarantine("c-1").write_bytes(b"{}\n{}\n{}\n")
     write_json(ctx.layout.pending_fork("child"), {"parent": "p"})
-    write_json(
-        ctx.layout.departures_dir / "ana.json", {"peer_id": "ana", "at": 5.0, "purged": True}
-    )
+    write_json(ctx.layout.departures_dir / "ana.json", DEPARTURE)
     view = status_view(ctx)
-    assert view["dead_letters"] == {"state": "ok", "files": 2, "records": 3}
+    assert_dead_forks_and_departures_counted(view)
     assert view["quarantine"] == {"state": "ok", "files": 1, "lines": 3}
-    assert view["forks"]["pending"] == 1
-    assert view["departures"]["notices"] == [{"peer_id": "ana", "at": 5.0, "purged": True}]
 
 
 def test_the_config_summary_shows_no_key_and_no_credentials(
