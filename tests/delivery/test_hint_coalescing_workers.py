@@ -28,7 +28,7 @@ from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.testing import HonchoStandIn
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=test_delivery_workers.KEY)]
 
 # The worker tests' settings on the test Redis (the stand-in and the Host come from the plugin).
 settings = test_delivery_workers.settings
