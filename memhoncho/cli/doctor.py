@@ -149,13 +149,6 @@ def check_broker(deployment: Deployment, app: Any) -> Check:
     return Check("broker", PASS if verdict.ok else FAIL, verdict.detail, verdict.fix)
 
 
-def _broker_name(url: str) -> str:
-    scheme = str(url).split(":", 1)[0]
-    return {"redis": "Redis", "rediss": "Redis", "amqp": "RabbitMQ", "pyamqp": "RabbitMQ"}.get(
-        scheme, scheme
-    )
-
-
 def _results_place(deployment: Deployment) -> str:
     """Where beat heartbeats are kept (``results.store_for``), in the words of its engine."""
     current = deployment.settings()

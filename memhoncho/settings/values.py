@@ -14,6 +14,16 @@ def is_redis(url: str | None) -> bool:
     return bool(url) and str(url).startswith(("redis://", "rediss://", "unix://"))
 
 
+def broker_kind(url: str | None) -> str:
+    """``embedded`` (no URL), ``redis``, ``rabbitmq``, or ``other``: the words status and
+    doctor use for a broker."""
+    if not url:
+        return "embedded"
+    if is_redis(url):
+        return "redis"
+    return "rabbitmq" if is_amqp(url) else "other"
+
+
 def is_amqp(url: str | None) -> bool:
     """Whether a broker URL names RabbitMQ (AMQP 0-9-1: ``amqp://``, ``amqps://``, ``pyamqp://``)."""
     return bool(url) and str(url).startswith(("amqp://", "amqps://", "pyamqp://"))

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from memhoncho import results
 from memhoncho.deployment import Deployment
-from memhoncho.settings import Settings
+from memhoncho.settings import Settings, values
 from memhoncho.status import health, render
 from memhoncho.store import parked
 from memhoncho.store.base import Census
@@ -58,11 +58,7 @@ def honcho_host(base_url: str) -> str:
 
 
 def broker_kind(current: Settings) -> str:
-    if not current.broker_url:
-        return "embedded"
-    if routing.is_redis(current.broker_url):
-        return "redis"
-    return "rabbitmq" if routing.is_amqp(current.broker_url) else "other"
+    return values.broker_kind(current.broker_url)
 
 
 def config_summary(deployment: Deployment, current: Settings) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memhoncho.worker import routing
+from memhoncho.settings.values import broker_kind
 
 CONNECT_TIMEOUT_S = 2.0  # seconds to reach the broker
 PROBE_KEY = "memhoncho-doctor-probe"  #: a result nobody stores, read to prove the backend answers
@@ -26,17 +26,10 @@ class BrokerVerdict:
 _NAMES = {"redis": "Redis", "rabbitmq": "RabbitMQ", "embedded": "the embedded broker"}
 
 
-def kind_of(url: str | None) -> str:
-    if not url:
-        return "embedded"
-    if routing.is_redis(url):
-        return "redis"
-    return "rabbitmq" if routing.is_amqp(url) else (url.split(":", 1)[0] or "other")
-
-
 def check(app: Any, timeout_s: float = CONNECT_TIMEOUT_S) -> BrokerVerdict:
     """Connect to ``app``'s broker, then read one result from its result backend."""
-    kind = kind_of(app.conf.broker_url if app.conf.broker_url != "filesystem://" else None)
+    url = app.conf.broker_url
+    kind = broker_kind(None if url == "filesystem://" else url)
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=timeout_s)
