@@ -1,8 +1,11 @@
 """The host's side of a recall tool run by a worker: enqueue on ``memhoncho.recall``, wait.
 
 The call is checked before it is sent, so a bad call never reaches the broker. The wait is the
-tool's own timeout plus a margin for the queue; past it the host gets ``HonchoTimeout`` and the
-task expires unstarted rather than answering no one. Errors come back typed, as in process.
+tool's own timeout plus a margin for the queue; past it the host gets ``HonchoTimeout`` and a
+search or chat expires unstarted rather than answering no one. A remember never expires: its
+task id is its idempotency key, and a Celery worker refuses a revoked (expired) id for hours, so
+an expiry would turn every retry of that remember into a failure; run late, it is stored once
+and answers the retry. Errors come back typed, as in process.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import logging
 import uuid
 from typing import Any
 
-from celery import Celery
+from celery import Celery, states
 from celery.exceptions import TimeoutError as CeleryTimeout
 
 from memhoncho import ids
@@ -45,7 +48,7 @@ def call_via_celery(
             RECALL_TASK,
             args=[tool.name, checked, owner],
             retry=False,
-            expires=wait_s,
+            expires=wait_s if task_id is None else None,  # a remember: see the module docstring
             task_id=task_id,
         )
     except Exception as exc:  # the broker is down or refused the publish
@@ -120,12 +123,14 @@ def worker_outcome(
 
 
 def _forget_failure(app: Celery, task_id: str) -> None:
-    """An earlier attempt's failure must not answer this retry: it is dropped, so the retry
-    waits for its own outcome (an earlier success stays: it is the answer, stored once)."""
+    """An earlier attempt's end that is not an answer (a typed error, a lost worker, a revoke)
+    must not answer this retry: it is dropped, so the retry waits for its own outcome. An
+    earlier success stays (it is the answer, stored once), and so does a running attempt."""
     try:
         meta = app.backend.get_task_meta(task_id, cache=False)
         answer = meta.get("result")
-        if meta.get("status") == "SUCCESS" and not (isinstance(answer, dict) and answer.get("ok")):
+        answered = meta.get("status") == "SUCCESS" and isinstance(answer, dict) and answer.get("ok")
+        if meta.get("status") in states.READY_STATES and not answered:
             app.backend.forget(task_id)
     except Exception as exc:  # noqa: BLE001 - the results are down: the wait below says so
         log.debug(

@@ -13,7 +13,8 @@ import pytest
 from memhoncho.capture.host import Host
 from memhoncho.recall import tools
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import point_at_standin
+from memhoncho.errors import HonchoTimeout
+from memhoncho.testing.config import point_at_standin, write_settings
 from memhoncho.testing.processes import CeleryProcess
 from memhoncho.testing.rabbitmq import private_vhost
 from memhoncho.worker import routing
@@ -21,6 +22,7 @@ from memhoncho.worker import routing
 KEY = "sk-remember-once-key"
 ANA = "ana@example.com"
 RETRIES = 4  # calls of one remember at the same time
+FAST_TIMEOUT_S = 0.5  # seconds: the caller's wait while no recall worker runs
 pytestmark = [pytest.mark.slow, pytest.mark.standin(llm=True, api_key=KEY)]
 
 
@@ -72,3 +74,30 @@ def test_a_remember_retried_one_after_another_or_at_once_is_stored_once(
 
     other = host.call_tool(tools.REMEMBER, {"content": "likes tea"}, owner="bo", via="celery")
     assert other["conclusion_id"] != first["conclusion_id"] and _stored(standin, workspace_id) == 3
+
+
+def test_a_remember_whose_first_attempt_waited_past_its_caller_is_stored_once_on_retry(
+    host: Host,
+    config_dir: Path,
+    settings: dict[str, Any],
+    standin: HonchoStandIn,
+    workspace_id: str,
+    celery_process: Callable[..., CeleryProcess],
+) -> None:
+    """No recall worker while the caller waits: it gets an unclear timeout. The worker that
+    starts later must neither drop that attempt as expired nor refuse the retry (same task id)
+    as revoked: Celery remembers a revoked id for hours, so a remember never expires."""
+    write_settings(config_dir, **settings, tool_timeout_s=FAST_TIMEOUT_S)
+
+    def remember() -> dict[str, Any]:
+        return host.call_tool(tools.REMEMBER, {"content": "likes tea"}, owner=ANA, via="celery")
+
+    with pytest.raises(HonchoTimeout) as caught:
+        remember()
+    assert caught.value.details["unclear"]
+    celery_process("worker", queues=[routing.RECALL_QUEUE], concurrency=1)
+
+    answer = remember()  # the caller's retry, once a worker runs
+
+    assert answer["remembered"] and _stored(standin, workspace_id) == 1
+    assert remember() == answer and _stored(standin, workspace_id) == 1
