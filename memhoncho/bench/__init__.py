@@ -5,8 +5,6 @@ Each benchmark is a module here with ``run(args) -> dict``; ``BENCHMARKS`` names
 
 from __future__ import annotations
 
-import os
-
 BENCHMARKS: dict[str, str] = {
     "broker": "memhoncho.bench.broker",
     "capture": "memhoncho.bench.capture",
@@ -19,11 +17,3 @@ BENCHMARKS: dict[str, str] = {
     "sweep": "memhoncho.bench.sweep",
 }
 
-
-#: a Redis the benches may flush, instead of their default database on 127.0.0.1:6379
-REDIS_URL_ENV = "MEMHONCHO_BENCH_REDIS_URL"
-
-
-def redis_url(default: str) -> str:
-    """The Redis a bench uses: ``$MEMHONCHO_BENCH_REDIS_URL``, else its own default."""
-    return os.environ.get(REDIS_URL_ENV) or default

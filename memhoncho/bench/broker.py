@@ -1,9 +1,9 @@
 """``memhoncho bench broker``: the embedded-broker candidates, measured side by side.
 
 For each broker that needs no server on one machine (kombu's filesystem transport; SQLite
-through kombu's SQLAlchemy transport when SQLAlchemy is installed) and, for reference, Redis
-when it answers on 127.0.0.1:6379: publish latency of a delivery-hint-sized message (p50/p99)
-and the time to drain the queue from a second connection.
+through kombu's SQLAlchemy transport when SQLAlchemy is installed) and, for reference, the
+bench's own Redis (``bench.own_redis``) when there is one: publish latency of a
+delivery-hint-sized message (p50/p99) and the time to drain the queue from a second connection.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 from kombu import Connection, Exchange, Queue
 
 from memhoncho.bench.figures import percentile
+from memhoncho.bench.own_redis import bench_redis
 from memhoncho.celery_app import embedded_broker
 from memhoncho.worker import routing
 
 DEFAULT_MESSAGES = 500
-REFERENCE_REDIS = "redis://127.0.0.1:6379/14"
 HINT = {"task": routing.DELIVER_TASK, "args": ["conversation-0001"], "kwargs": {}}
 
 
@@ -54,12 +54,6 @@ def _measure(url: str, options: dict[str, Any], messages: int) -> dict[str, Any]
     }
 
 
-def _redis_reachable() -> bool:
-    from memhoncho.testing.redis_place import pings
-
-    return pings(REFERENCE_REDIS)
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     messages = getattr(args, "samples", None) or DEFAULT_MESSAGES
     results: dict[str, Any] = {"messages": messages, "candidates": {}}
@@ -72,9 +66,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results["candidates"]["sqlite"] = _measure(sqlite_url, {}, messages)
         else:
             results["candidates"]["sqlite"] = {"skipped": "SQLAlchemy is not installed"}
-    if _redis_reachable():
-        results["candidates"]["redis (reference, needs a server)"] = _measure(
-            REFERENCE_REDIS, {}, messages
-        )
+    with bench_redis() as redis:
+        reference = "redis (reference, needs a server)"
+        if redis.url:
+            results["candidates"][reference] = _measure(redis.url, {}, messages)
+        else:
+            results["candidates"][reference] = {"skipped": redis.reason}
     results["chosen"] = "filesystem"
     return results

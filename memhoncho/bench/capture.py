@@ -1,15 +1,15 @@
 """``memhoncho bench capture``: Host.capture against the bare floor it cannot beat.
 
 Both are measured in the same run, interleaved sample by sample: ``Host.capture`` of a typical
-run with an API key and a live broker (Redis on 127.0.0.1:6379 db 14 when it answers, else the
-embedded filesystem broker), and the floor: append + fsync of the same line to a file, then one
-kombu publish of the same bytes on the same broker, on the default exchange straight to its queue
-as Celery publishes a task (a named exchange costs a second round trip, a binding lookup, that
-the capture's publish does not make). Their ratio is the price of everything
-memhoncho adds (validation, lock, ledger check, routing, the Celery message). Goal: <= 1.2.
-Each sample is a capture that publishes (its conversation's hint mark taken first, as a delivery
-does) and then one made while that hint waits (``capture_coalesced``: no publish at all).
-A second Host with a broker that is down shows that capture does not wait on it.
+run with an API key and a live broker (the bench's own Redis, ``bench.own_redis``, when there is
+one, else the embedded filesystem broker), and the floor: append + fsync of the same line to a
+file, then one kombu publish of the same bytes on the same broker, on the default exchange
+straight to its queue as Celery publishes a task (a named exchange costs a second round trip, a
+binding lookup, that the capture's publish does not make). Their ratio is the price of
+everything memhoncho adds (validation, lock, ledger check, routing, the Celery message). Goal:
+<= 1.2. Each sample is a capture that publishes (its conversation's hint mark taken first, as a
+delivery does) and then one made while that hint waits (``capture_coalesced``: no publish at
+all). A second Host with a broker that is down shows that capture does not wait on it.
 """
 
 from __future__ import annotations
@@ -29,17 +29,15 @@ from typing import Any, TypeVar
 from kombu import Connection, Exchange, Producer, Queue
 
 from memhoncho import ids
-from memhoncho.bench import redis_url
 from memhoncho.bench.figures import latency_figures
+from memhoncho.bench.own_redis import bench_redis
 from memhoncho.capture.host import Host
 from memhoncho.settings import SECRETS_FILE, SETTINGS_FILE
 from memhoncho.store import hint_marks
-from memhoncho.worker import routing
 
 DEFAULT_SAMPLES = 1000
 WARMUP = 100  # captures before measuring (imports, connections, caches)
 BROKER_DOWN_SAMPLES = 200
-REDIS_URL = redis_url("redis://127.0.0.1:6379/14")  # flushed of its queues after the run
 FLOOR_QUEUE = "memhoncho-bench-floor"
 CONVERSATION = "bench-conversation"
 USER_TEXT = "How should I plan the garden beds for next spring? " * 10  # ~500 characters
@@ -60,12 +58,6 @@ def _run(i: int) -> dict[str, Any]:
             "answer": {"entry_id": 2 * i + 1, "content": [{"type": "text", "text": ANSWER_TEXT}]},
         },
     }
-
-
-def _redis_reachable() -> bool:
-    from memhoncho.testing.redis_place import pings
-
-    return pings(REDIS_URL)
 
 
 def _closed_port() -> int:
@@ -194,35 +186,36 @@ def _broker_down(samples: int, root: Path) -> dict[str, Any]:
     return {**latency_figures(latencies), "first_ms": round(latencies[0], 3), "enqueued": enqueued}
 
 
-def _clean_redis() -> None:
-    import redis
+def _empty(redis_url: str | None) -> None:
+    if redis_url:
+        import redis
 
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        names = [FLOOR_QUEUE, *client.scan_iter(f"{routing.DELIVER_QUEUE_PREFIX}*")]
-        client.delete(*names)
-    finally:
-        client.close()
+        client = redis.Redis.from_url(redis_url)
+        try:
+            client.flushdb()
+        finally:
+            client.close()
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     samples = getattr(args, "samples", None) or DEFAULT_SAMPLES
-    use_redis = _redis_reachable()
     for name in ("MEMHONCHO_BROKER_URL", "MEMHONCHO_API_KEY"):
         os.environ.pop(name, None)  # the bench decides the broker and the key
+    with bench_redis() as redis:
+        return _run_on(args, samples, redis.url or None)
+
+
+def _run_on(args: argparse.Namespace, samples: int, redis_url: str | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="memhoncho-bench-capture-") as tmp:
         root = Path(tmp)
         (root / "live").mkdir()
         (root / "down").mkdir()
-        try:
-            live = _measure(samples, root / "live", REDIS_URL if use_redis else None)
-        finally:
-            if use_redis:
-                _clean_redis()
+        live = _measure(samples, root / "live", redis_url)
+        _empty(redis_url)  # the PostgreSQL part starts from empty queues, as this one did
         down = _broker_down(min(samples, BROKER_DOWN_SAMPLES), root / "down")
     result = {
         "samples": samples,
-        "broker": REDIS_URL if use_redis else "embedded filesystem broker",
+        "broker": redis_url or "embedded filesystem broker",
         "store": "files",
         **live,
         "goal_ratio": 1.2,
@@ -233,22 +226,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from memhoncho.bench.pg import capture_figures
 
         with tempfile.TemporaryDirectory(prefix="memhoncho-bench-capture-pg-") as tmp:
-            try:
-                result["postgresql"] = capture_figures(
-                    store_url,
-                    Path(tmp),
-                    samples,
-                    WARMUP,
-                    REDIS_URL if use_redis else None,
-                    _run,
-                    BENCH_KEY,
-                )
-                result["postgresql"]["hints"] = _pg_hint_share(
-                    store_url, Path(tmp) / "hints", samples, REDIS_URL if use_redis else None
-                )
-            finally:
-                if use_redis:
-                    _clean_redis()
+            result["postgresql"] = capture_figures(
+                store_url, Path(tmp), samples, WARMUP, redis_url, _run, BENCH_KEY
+            )
+            result["postgresql"]["hints"] = _pg_hint_share(
+                store_url, Path(tmp) / "hints", samples, redis_url
+            )
     return result
 
 

@@ -1,9 +1,8 @@
 """``memhoncho bench deliver``: messages/s end to end through real workers to the stand-in.
 
 Measured in one run, against one stand-in (its own process) that adds ``LATENCY_MS`` to every
-request, with the same worker fleet, on Redis (127.0.0.1:6379 db 15, or
-``$MEMHONCHO_BENCH_REDIS_URL``, when it answers; the database is flushed) or else the embedded
-filesystem broker:
+request, with the same worker fleet, on the bench's own Redis (``bench.own_redis``) when there
+is one, or else the embedded filesystem broker:
 
 - **memhoncho**: ``Host.capture`` of every run (outbox append + fsync + a delivery hint), then
   ``memhoncho.deliver`` in the workers: coalesced, exactly once, in order.
@@ -38,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from memhoncho import ids
-from memhoncho.bench import redis_url
 from memhoncho.bench.deliver_brokers import _wait_idle, _without_password, kind_of
 from memhoncho.bench.deliver_naive import NAIVE_QUEUE, NAIVE_TASK
+from memhoncho.bench.own_redis import bench_redis
 from memhoncho.capture.host import Host
 from memhoncho.capture.record import build_record
 from memhoncho.honcho import adapter
@@ -51,8 +50,6 @@ from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
 from memhoncho.testing.runs import run_event
 from memhoncho.worker import routing
 
-#: its own db: no other bench or test flushes it ($MEMHONCHO_BENCH_REDIS_URL overrides; flushed)
-REFERENCE_REDIS = redis_url("redis://127.0.0.1:6379/15")
 LATENCY_MS = 20.0  # added by the stand-in to every request
 IN_FLIGHT = (1, 4, 16)  # conversations captured concurrently
 GOAL_RATIO = 5.0  # end to end against the naive baseline (issue 15) ...
@@ -67,12 +64,6 @@ STANDIN_POLL_S = 0.25
 SETTLE_TIMEOUT_S = 300.0  # seconds one measurement may take before it is reported unfinished
 OWNER = "bench@example.com"
 KEY = "bench-key"  # the stand-in accepts any key
-
-
-def _redis_reachable() -> bool:
-    from memhoncho.testing.redis_place import pings
-
-    return pings(REFERENCE_REDIS)
 
 
 def _configure(config_dir: Path, values: dict[str, Any]) -> None:
@@ -289,8 +280,8 @@ def _naive_arm(
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The arms on Redis (else the embedded broker), and with ``--broker`` on that broker too."""
     runs = getattr(args, "samples", None) or DEFAULT_RUNS
-    redis = _redis_reachable()
-    results = measure(REFERENCE_REDIS if redis else None, runs)
+    with bench_redis() as redis:
+        results = measure(redis.url or None, runs)
     other = getattr(args, "broker", None)
     if other:
         results = {"brokers": {results["broker"]: results, "rabbitmq": measure(other, runs)}}
@@ -300,7 +291,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def measure(broker: str | None, runs: int) -> dict[str, Any]:
     """The three arms on one broker (None: the embedded one), the same stand-in and fleet."""
-    redis = routing.is_redis(broker)
     results: dict[str, Any] = {
         "broker": kind_of(broker) if broker else "embedded-filesystem",
         "broker_url": _without_password(broker) if broker else "filesystem://",
@@ -312,10 +302,6 @@ def measure(broker: str | None, runs: int) -> dict[str, Any]:
         "(memhoncho/bench/deliver_naive.py), same workers, broker and stand-in",
         "in_flight": {},
     }
-    if redis and broker:
-        import redis as redis_client
-
-        redis_client.Redis.from_url(broker).flushdb()
     with (
         _standin_process() as standin,
         tempfile.TemporaryDirectory(prefix="memhoncho-bench-deliver-") as tmp,

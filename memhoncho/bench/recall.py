@@ -1,9 +1,11 @@
 """``memhoncho bench recall``: what a recall tool call costs the model, by path.
 
-Each tool is called against the Honcho stand-in in process, then through a real recall worker
-on the embedded broker, then (when it answers on 127.0.0.1:6379) on Redis: p50/p99 latency in
-milliseconds per tool and path. The stand-in answers in well under a millisecond, so the
-figures are memhoncho's and the broker's overhead, not Honcho's.
+Each tool is called against the Honcho stand-in in process, then through a real recall worker on
+the embedded broker, then on the bench's own Redis (``bench.own_redis``) when there is one:
+p50/p99 latency in milliseconds per tool and path. Each remember stores a new conclusion (the
+same one again would be answered as its retry, stored once, and measure only that). The stand-in
+answers in well under a millisecond, so the figures are memhoncho's and the broker's overhead,
+not Honcho's.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import json
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from memhoncho.bench.figures import percentile
+from memhoncho.bench.own_redis import bench_redis
 from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
@@ -29,7 +33,6 @@ from memhoncho.worker import routing
 
 DEFAULT_SAMPLES = 30  # calls per tool and path
 SEEDED_MESSAGES = 200  # the user's messages in the seeded conversation
-REFERENCE_REDIS = "redis://127.0.0.1:6379/14"
 OWNER = "bench@example.com"
 CONVERSATION = "bench-conversation"
 WORKSPACE = "memhoncho-bench"
@@ -44,11 +47,12 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
 def _measure(call: Callable[[str, dict[str, Any]], Any], samples: int) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     for name, arguments in CALLS:
-        call(name, arguments)  # warm: clients, connections, the worker's first import
+        call(name, _sample(name, arguments))  # warm: clients, connections, the first import
         latencies = []
         for _ in range(samples):
+            sample = _sample(name, arguments)
             start = time.perf_counter()
-            call(name, arguments)
+            call(name, sample)
             latencies.append((time.perf_counter() - start) * 1000)
         figures[name] = {
             "p50_ms": round(statistics.median(latencies), 2),
@@ -57,10 +61,11 @@ def _measure(call: Callable[[str, dict[str, Any]], Any], samples: int) -> dict[s
     return figures
 
 
-def _redis_reachable() -> bool:
-    from memhoncho.testing.redis_place import pings
-
-    return pings(REFERENCE_REDIS)
+def _sample(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The call to time: a remember gets content of its own (see the module docstring)."""
+    if name != tools.REMEMBER:
+        return arguments
+    return {**arguments, "content": f"{arguments['content']} ({uuid.uuid4().hex[:8]})"}
 
 
 def _configure(config_dir: Path, base_url: str, broker_url: str | None) -> None:
@@ -100,10 +105,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             lambda name, arguments: tools.call_tool(deployment, name, arguments, OWNER), samples
         )
         results["paths"]["celery_embedded_broker"] = _via_worker(config_dir, data_dir, samples)
-        if _redis_reachable():
-            _configure(config_dir, standin.url, REFERENCE_REDIS)
-            results["paths"]["celery_redis"] = _via_worker(config_dir, data_dir, samples)
-        else:
-            results["paths"]["celery_redis"] = {"skipped": f"no Redis at {REFERENCE_REDIS}"}
+        with bench_redis() as redis:
+            if redis.url:
+                _configure(config_dir, standin.url, redis.url)
+                results["paths"]["celery_redis"] = _via_worker(config_dir, data_dir, samples)
+            else:
+                results["paths"]["celery_redis"] = {"skipped": redis.reason}
         adapter.close_clients()
     return results

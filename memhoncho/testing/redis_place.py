@@ -74,9 +74,10 @@ class RedisPlace:
                 self._cleanup.pop()()
 
 
-def open_place() -> RedisPlace:
-    """This session's Redis (see the module docstring); ``reason`` set when there is none."""
-    url = os.environ.get(ENV_URL)
+def open_place(env_url: str = ENV_URL) -> RedisPlace:
+    """This session's Redis (see the module docstring; ``$env_url`` names the caller's own);
+    ``reason`` set when there is none."""
+    url = os.environ.get(env_url)
     if url:
         return RedisPlace(url=url, kind="override")
     binary = shutil.which("redis-server")
