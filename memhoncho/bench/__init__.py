@@ -16,4 +16,3 @@ BENCHMARKS: dict[str, str] = {
     "status": "memhoncho.bench.status",
     "sweep": "memhoncho.bench.sweep",
 }
-

@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -18,7 +19,6 @@ from memhoncho.testing.config import write_api_key
 from memhoncho.worker.routing import partition
 
 DEADLINE_S = 0.3  # the close deadline under test
-REDIS_PORT = 6379
 TCP_ESTABLISHED = "01"  # state column of /proc/net/tcp
 SLOW_PUBLISH_S = 0.2  # seconds each publish takes in the first test
 JOIN_S = 30.0  # generous: only a hang fails
@@ -44,8 +44,10 @@ def _run(conversation: str, run: str) -> dict[str, Any]:
     }
 
 
-def _redis_sockets() -> int:
-    """Open TCP sockets of this process to port 6379 (from /proc: fds matched to net/tcp)."""
+def _redis_sockets(redis_url: str) -> int:
+    """Open TCP sockets of this process to the tests' Redis (from /proc: fds matched to
+    net/tcp), by its port: a private server's, or 6379 for a claimed database."""
+    redis_port = urlsplit(redis_url).port or 6379
     inodes = set()
     for fd in Path("/proc/self/fd").iterdir():
         try:
@@ -59,7 +61,7 @@ def _redis_sockets() -> int:
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
             remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if remote_port == REDIS_PORT and fields[3] == TCP_ESTABLISHED and fields[9] in inodes:
+            if remote_port == redis_port and fields[3] == TCP_ESTABLISHED and fields[9] in inodes:
                 count += 1
     return count
 
@@ -68,16 +70,18 @@ def test_close_waits_for_in_flight_enqueues_and_releases_the_broker_connections(
     config_dir: Path, data_dir: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _configure(config_dir, redis_url)
-    idle = _redis_sockets()
+    idle = _redis_sockets(redis_url)
     host = Host(config_dir, data_dir)
     publisher = host._client()[1]
     real_publish = publisher.publish
     publishing = threading.Event()
+    open_sockets: list[int] = []
 
     def slow_publish(conversation_id: str) -> None:
         publishing.set()
         time.sleep(SLOW_PUBLISH_S)  # a slow broker: close must wait for this publish
         real_publish(conversation_id)
+        open_sockets.append(_redis_sockets(redis_url))
 
     monkeypatch.setattr(publisher, "publish", slow_publish)
     conversations = [c for c in (f"c-{n}" for n in range(100)) if partition(c, PARTITIONS) >= 8]
@@ -103,7 +107,8 @@ def test_close_waits_for_in_flight_enqueues_and_releases_the_broker_connections(
     queues = {f"memhoncho.deliver.{partition(c, PARTITIONS)}" for c in conversations[:4]}
     assert sum(client.llen(queue) for queue in queues) == enqueued  # ... and reached the broker
     client.close()
-    assert _redis_sockets() <= idle  # the host's broker connections are closed
+    assert max(open_sockets) > idle  # the count sees the host's connections ...
+    assert _redis_sockets(redis_url) <= idle  # ... and after close they are gone
     assert host.capture(_run("c-late", "r1")).enqueued is False  # durable, no hint after close
 
 
