@@ -326,6 +326,7 @@ def measure(broker: str | None, runs: int) -> dict[str, Any]:
         if broker:
             values["broker_url"] = broker
         _configure(config_dir, values)
+        initialise(data_dir)  # as `memhoncho init`: workers refuse a new folder
         env = memhoncho_env(config_dir=config_dir, data_dir=data_dir, api_key=None)
         queues = [*routing.deliver_queues(8), NAIVE_QUEUE]
         workers = [

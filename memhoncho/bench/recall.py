@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         config_dir, data_dir = Path(tmp) / "config", Path(tmp) / "data"
         _configure(config_dir, standin.url, None)
         deployment = Deployment(config_dir, data_dir)
+        initialise(data_dir)  # as `memhoncho init`: the worker refuses a new folder
         texts = [f"message {i}: my knee hurts after run {i}" for i in range(SEEDED_MESSAGES)]
         seed_conversation(deployment, CONVERSATION, OWNER, texts)
         results["paths"]["in_process"] = _measure(
