@@ -43,6 +43,7 @@ from memhoncho.bench.deliver_brokers import _wait_idle, _without_password, kind_
 from memhoncho.bench.deliver_naive import NAIVE_QUEUE, NAIVE_TASK
 from memhoncho.capture.host import Host
 from memhoncho.capture.record import build_record
+from memhoncho.deployment import initialise
 from memhoncho.honcho import adapter
 from memhoncho.models import OUTBOX_ID_KEY, RunEvent
 from memhoncho.store.ledger import read_ledger

@@ -19,7 +19,7 @@ from typing import Any
 
 from memhoncho.bench.figures import percentile
 from memhoncho.capture.host import Host
-from memhoncho.deployment import Deployment
+from memhoncho.deployment import Deployment, initialise
 from memhoncho.honcho import adapter
 from memhoncho.recall import tools
 from memhoncho.testing import HonchoStandIn

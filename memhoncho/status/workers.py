@@ -24,8 +24,17 @@ Ask = Callable[[Deployment], dict[str, Any]]
 
 
 def ask(deployment: Deployment) -> dict[str, Any]:
-    """Every answering worker's conf by node name; raises when the broker cannot be reached."""
+    """Every answering worker's conf by node name; raises when the broker cannot be reached.
+
+    On the embedded broker, a control folder that does not exist means no worker ever ran
+    on it: nobody is asked, and the folders a built app would make are not made by a read."""
     from memhoncho.worker.app import close_app, create_app
+
+    if (
+        not deployment.settings().broker_url
+        and not (deployment.layout.broker_dir / "control").exists()
+    ):
+        return {}
 
     app = create_app(deployment, role="host")  # fails fast on a broker that is down
     try:
