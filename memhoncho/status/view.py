@@ -322,6 +322,11 @@ class StatusReader:
                 "degraded": ["config"],
                 "reasons": [reason],
             }
+        # The workers first: asking them waits out a broadcast, which must not fall between
+        # the store's census and the task results (a delivery finishing meanwhile would show
+        # as a success with its records still pending).
+        workers = _guarded("workers", lambda: self.workers.read(deployment))
+        now = time.time()
         census_error = ""
         try:
             # The store keeps its census cache (the file store's by file stat), so repeated
@@ -350,8 +355,8 @@ class StatusReader:
         view["departures"] = _guarded("departures", lambda: departures_bucket(deployment))
         view["redactions"] = _guarded("redactions", lambda: redactions_bucket(deployment))
         view["queues"] = _guarded("queues", lambda: queues_bucket(deployment, current))
-        view["workers"] = _guarded("workers", lambda: self.workers.read(deployment))
-        strangers = others(view["workers"])
+        view["workers"] = workers
+        strangers = others(workers)
         view["tasks"] = _guarded("tasks", lambda: tasks_bucket(deployment, current, now, strangers))
         stale_s = health.STALL_SWEEPS * current.sweep_interval_s  # a park not renewed since
         view["parked"] = _guarded(
