@@ -2,8 +2,10 @@
 
 Nothing is built at import. ``celery -A memhoncho.celery_app worker|beat|flower`` looks up
 ``app`` here, and that first look-up builds the process's app (``get_app``) from the settings
-of ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR``. The tasks are shared tasks: they bind to
-whichever app is built, so nothing here imports a service and nothing cycles.
+of ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR``, once the data directory is known to be
+an initialised one (``command_app``: else the command ends with exit 2, creating nothing).
+The tasks are shared tasks: they bind to whichever app is built, so nothing here imports a
+service and nothing cycles.
 
 With no ``broker_url`` memhoncho uses kombu's filesystem transport under the data directory
 (one machine, no server); the broker only carries hints, so either choice never risks data.
