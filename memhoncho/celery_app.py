@@ -8,13 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from memhoncho.worker.app import beat_schedule, close_app, create_app, embedded_broker, get_app
+from memhoncho.worker.app import (
+    beat_schedule,
+    close_app,
+    command_app,
+    create_app,
+    embedded_broker,
+    get_app,
+)
 
-__all__ = ["beat_schedule", "close_app", "create_app", "embedded_broker", "get_app"]
+__all__ = ["beat_schedule", "close_app", "command_app", "create_app", "embedded_broker", "get_app"]
 
 
 def __getattr__(name: str) -> Any:
-    """``app`` (what ``celery -A`` looks up) is built on first access."""
+    """``app`` (what ``celery -A`` looks up) is built on first access; a worker or beat on
+    bad settings or an uninitialised data directory exits 2 with the error (``command_app``)."""
     if name == "app":
-        return get_app()
+        return command_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

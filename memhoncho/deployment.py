@@ -60,8 +60,9 @@ class Deployment:
         return open_store(self.data_dir, current.store_url, current.store_timeout_s)
 
     def fingerprint(self) -> dict[str, Any]:
-        """What a worker serves, published in its Celery conf (``memhoncho doctor`` compares):
-        the data directory, its identity, and the store (a URL without its password)."""
+        """What a worker serves, published in its Celery conf (``memhoncho doctor`` and
+        ``status`` compare it with ``serves_another``): the data directory, its identity, and
+        the store (a URL without its password)."""
         current = self.settings()
         store = "files"
         if current.store_url:
@@ -94,6 +95,29 @@ class Deployment:
             workspace_id=current.workspace_id,
             timeout_s=timeout_s or current.honcho_timeout_s,
         )
+
+
+def serves_another(ours: dict[str, Any], theirs: Any) -> str | None:
+    """Why a worker whose fingerprint is ``theirs`` serves another deployment than the one of
+    fingerprint ``ours`` (its store, or its data directory), or None: the same deployment, or
+    a worker too old to publish a fingerprint (nothing to compare).
+
+    One database is one deployment, whatever data directory each machine has. On the files,
+    the identity decides where both have one: the same volume mounted at another path (a host
+    outside compose) is this deployment, another volume at the same path is not.
+    """
+    if not isinstance(theirs, dict):
+        return None
+    if theirs.get("store") != ours["store"]:
+        return f"store {theirs.get('store')}"
+    if ours["store"] != "files":
+        return None
+    mine, other = ours.get("deployment_id"), theirs.get("deployment_id")
+    if mine and other:
+        return None if mine == other else f"data directory {theirs.get('data_dir')} ({other})"
+    if theirs.get("data_dir") != ours["data_dir"]:
+        return f"data directory {theirs.get('data_dir')}"
+    return None
 
 
 # ---- the data directory's identity ---------------------------------------------------------

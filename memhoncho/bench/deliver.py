@@ -42,6 +42,7 @@ from memhoncho.bench.deliver_naive import NAIVE_QUEUE, NAIVE_TASK
 from memhoncho.bench.own_redis import bench_redis
 from memhoncho.capture.host import Host
 from memhoncho.capture.record import build_record
+from memhoncho.deployment import initialise
 from memhoncho.honcho import adapter
 from memhoncho.models import OUTBOX_ID_KEY, RunEvent
 from memhoncho.store.ledger import read_ledger
@@ -312,6 +313,7 @@ def measure(broker: str | None, runs: int) -> dict[str, Any]:
         if broker:
             values["broker_url"] = broker
         _configure(config_dir, values)
+        initialise(data_dir)  # as `memhoncho init`: workers refuse a new folder
         env = memhoncho_env(config_dir=config_dir, data_dir=data_dir, api_key=None)
         queues = [*routing.deliver_queues(8), NAIVE_QUEUE]
         workers = [

@@ -23,7 +23,7 @@ from typing import Any
 from memhoncho.bench.figures import percentile
 from memhoncho.bench.own_redis import bench_redis
 from memhoncho.capture.host import Host
-from memhoncho.deployment import Deployment
+from memhoncho.deployment import Deployment, initialise
 from memhoncho.honcho import adapter
 from memhoncho.recall import tools
 from memhoncho.testing import HonchoStandIn
@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         config_dir, data_dir = Path(tmp) / "config", Path(tmp) / "data"
         _configure(config_dir, standin.url, None)
         deployment = Deployment(config_dir, data_dir)
+        initialise(data_dir)  # as `memhoncho init`: the worker refuses a new folder
         texts = [f"message {i}: my knee hurts after run {i}" for i in range(SEEDED_MESSAGES)]
         seed_conversation(deployment, CONVERSATION, OWNER, texts)
         results["paths"]["in_process"] = _measure(

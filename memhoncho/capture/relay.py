@@ -25,13 +25,13 @@ from memhoncho.deployment import Deployment
 from memhoncho.errors import MemhonchoError
 from memhoncho.store import hint_marks, peek
 from memhoncho.store.ledger import read_ledger
+from memhoncho.store.relay_watch import HEARTBEAT_STALE_S as HEARTBEAT_STALE_S  # a relay gone
 from memhoncho.store.sweep_index import Stamp, outbox_stamps
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.25  # seconds between looks at the requests: a record is hinted within about this
 HEARTBEAT_S = 5.0  # seconds between touches of the relay's heartbeat file
-HEARTBEAT_STALE_S = 60.0  # a heartbeat older than this is a relay that is gone
 #: seconds between scans of every outbox's stat (one stat each: ~0.1 s at 10k conversations)
 FULL_SCAN_S = 30.0
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from memhoncho import ids
 from memhoncho.capture.host import Host
-from memhoncho.deployment import Deployment
+from memhoncho.deployment import Deployment, initialise
 from memhoncho.honcho import adapter
 from memhoncho.models import OUTBOX_ID_KEY
 from memhoncho.testing.config import write_api_key, write_settings
@@ -111,6 +111,7 @@ class Demo:
         write_settings(self.config_dir, **settings)
         write_api_key(self.config_dir, self.honcho_key or "")
         self.deployment = Deployment(self.config_dir, self.data_dir)
+        initialise(self.data_dir)  # as `memhoncho init`: workers and beat refuse a new folder
         env = memhoncho_env(config_dir=self.config_dir, data_dir=self.data_dir, api_key=None)
         with self.step("starting a Celery worker and beat on the embedded filesystem broker"):
             worker = CeleryProcess("worker", env, concurrency=2, name="demo-worker")

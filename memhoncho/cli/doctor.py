@@ -14,7 +14,8 @@ from typing import Any
 
 from memhoncho import results
 from memhoncho import settings as settings_module
-from memhoncho.deployment import Deployment, require_initialised
+from memhoncho.cli.exits import count
+from memhoncho.deployment import Deployment, require_initialised, serves_another
 from memhoncho.errors import ConfigError, MemhonchoError
 from memhoncho.worker import routing
 
@@ -99,23 +100,32 @@ def check_data_dir(deployment: Deployment) -> Check:
 
 
 def check_relay(deployment: Deployment) -> Check:
-    """An outbox relay beside the workers: without one, ``memhoncho capture``'s records wait
-    for the sweep (``sweep_interval_s``)."""
-    from memhoncho.capture.relay import HEARTBEAT_STALE_S
+    """An outbox relay beside the workers (``store.relay_watch``, as ``memhoncho status``
+    reads it): without one, ``memhoncho capture``'s records wait for the sweep. A failure
+    when such records wait now; a warning when none does (a host publishing its own hints
+    needs no relay)."""
+    from memhoncho.store import relay_watch
 
-    beats = deployment.layout.relay_heartbeat("x").parent
-    try:
-        ages = [time.time() - p.stat().st_mtime for p in beats.glob("relay-*")]
-    except OSError:
-        ages = []
-    if any(age <= HEARTBEAT_STALE_S for age in ages):
+    found = relay_watch.watch(deployment.layout)
+    if found.running:
         return Check("relay", PASS, "an outbox relay is running on this data directory")
+    sweep_s = deployment.settings().sweep_interval_s
+    action = "run `memhoncho relay` beside the workers (`memhoncho run` starts one)"
+    if found.state == relay_watch.MISSING:
+        return Check(
+            "relay",
+            FAIL,
+            f"no outbox relay is running and {count(found.waiting, 'conversation')} captured"
+            f" by `memhoncho capture` wait for it (the oldest {found.oldest_wait_s:.0f} s):"
+            f" they wait for the sweep (up to {sweep_s:.0f} s)",
+            action,
+        )
     return Check(
         "relay",
         WARN,
-        "no outbox relay is running: records of `memhoncho capture` wait for the sweep"
-        f" (up to {deployment.settings().sweep_interval_s:.0f} s)",
-        "run `memhoncho relay` beside the workers (`memhoncho run` starts one)",
+        "no outbox relay is running: records of `memhoncho capture` would wait for the sweep"
+        f" (up to {sweep_s:.0f} s)",
+        action,
     )
 
 
@@ -161,15 +171,7 @@ def _results_place(deployment: Deployment) -> str:
 
 def _serves(deployment: Deployment, conf: dict[str, Any]) -> str | None:
     """Why a worker (its ``inspect conf``) serves another deployment than this one, or None."""
-    theirs = conf.get("memhoncho_deployment")
-    if not isinstance(theirs, dict):
-        return None  # a worker of an older memhoncho: nothing to compare
-    ours = deployment.fingerprint()
-    if theirs.get("store") != ours["store"]:
-        return f"store {theirs.get('store')}"
-    if ours["store"] == "files" and theirs.get("data_dir") != ours["data_dir"]:
-        return f"data directory {theirs.get('data_dir')}"
-    return None
+    return serves_another(deployment.fingerprint(), conf.get("memhoncho_deployment"))
 
 
 def check_workers(deployment: Deployment, app: Any) -> Check:

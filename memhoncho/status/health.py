@@ -42,6 +42,8 @@ def verdict(view: dict[str, Any], current: Settings) -> dict[str, Any]:
     found += _pending(view.get("outbox") or {}, current)
     found += _consumers(view.get("tasks") or {}, view.get("queues") or {})
     found += _beats(view.get("tasks") or {})
+    found += _other_workers(view.get("workers") or {})
+    found += _relay(view.get("config") or {}, current)
     if view.get("config", {}).get("configured") is False:
         found.append((DEGRADED, "no Honcho API key is configured: captures wait on disk"))
     unread = view.get("degraded") or []
@@ -135,3 +137,35 @@ def _beats(tasks: dict[str, Any]) -> list[tuple[str, str]]:
     if isinstance(beats, int) and beats > 1:
         return [(DEGRADED, f"{beats} beats are running: periodic tasks fire more than once")]
     return []
+
+
+def _other_workers(workers: dict[str, Any]) -> list[tuple[str, str]]:
+    """Workers on this broker that serve another data directory or store take this
+    deployment's hints from the shared queues and deliver nothing of it (``status.workers``);
+    they are no consumers, so with no worker of this deployment ``_consumers`` finds the
+    queues unconsumed too."""
+    strangers = [w for w in workers.get("seen") or [] if w.get("this_deployment") is False]
+    if not strangers:
+        return []
+    listed = "; ".join(f"{w['name']} serves {w.get('serves')}" for w in strangers)
+    return [
+        (
+            DEGRADED,
+            f"{len(strangers)} worker(s) on this broker serve another deployment ({listed}):"
+            " give them this deployment's data dir and store_url, or a broker of their own",
+        )
+    ]
+
+
+def _relay(config: dict[str, Any], current: Settings) -> list[tuple[str, str]]:
+    """No outbox relay while ``memhoncho capture``'s records wait for one (``relay_watch``)."""
+    if config.get("relay") != "missing":
+        return []
+    return [
+        (
+            DEGRADED,
+            f"no outbox relay is running and {config.get('relay_waiting')} conversation(s)"
+            " captured by `memhoncho capture` wait for it, until the sweep (up to"
+            f" {current.sweep_interval_s:.0f} s): run `memhoncho relay` beside the workers",
+        )
+    ]

@@ -54,6 +54,8 @@ def rows(view: dict[str, Any]) -> list[tuple[str, str, str]]:
     config = view.get("config", {})
     for name in ("configured", "honcho_host", "workspace", "broker", "partitions", "relay"):
         rows.append(("config", name, _fig(config.get(name))))
+    if config.get("relay_waiting"):
+        rows.append(("config", "relay_waiting", _fig(config.get("relay_waiting"))))
     last = view.get("last_delivery", {})
     rows.append(("delivery", "last_delivery_at", _when(last.get("at"))))
     rows.append(("delivery", "source", _fig(last.get("source"))))
@@ -76,6 +78,7 @@ def rows(view: dict[str, Any]) -> list[tuple[str, str, str]]:
             rows.append(("queues", queue, str(depth)))
     else:
         rows.append(("queues", "depths", "unknown"))
+    rows += _worker_rows(view.get("workers") or {})
     tasks = view.get("tasks", {})
     rows.append(("tasks", "live_beats", _fig(tasks.get("live_beats"))))
     rows.append(("tasks", "live_workers", _fig(tasks.get("live_workers"))))
@@ -101,6 +104,24 @@ def rows(view: dict[str, Any]) -> list[tuple[str, str, str]]:
         if isinstance(bucket, dict) and bucket.get("state") == "degraded":
             for reason in bucket.get("reasons", []):
                 rows.append((section, "DEGRADED", str(reason)))
+    return rows
+
+
+def _worker_rows(workers: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Each worker that answered, and whether it serves this deployment."""
+    seen = workers.get("seen")
+    if not isinstance(seen, list):
+        return [("workers", "answered", "unknown")]
+    rows = [("workers", "answered", str(len(seen)))]
+    for worker in seen:
+        serves = worker.get("this_deployment")
+        if serves is None:
+            shown = "unknown (it publishes no fingerprint)"
+        elif serves:
+            shown = "this deployment"
+        else:
+            shown = f"ANOTHER deployment: {worker.get('serves')}"
+        rows.append(("workers", str(worker.get("name")), shown))
     return rows
 
 
@@ -283,6 +304,11 @@ class ViewCollector:
                 "live_workers",
                 "worker processes with a fresh heartbeat",
                 tasks.get("live_workers"),
+            ),
+            gauge(
+                "workers_other_deployment",
+                "workers on this broker serving another data directory or store",
+                view.get("workers", {}).get("other_deployment"),
             ),
         ]
         per_queue = (

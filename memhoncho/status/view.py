@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ from memhoncho import results
 from memhoncho.deployment import Deployment
 from memhoncho.settings import Settings, values
 from memhoncho.status import health, render
+from memhoncho.status.workers import MAX_AGE_S, WorkersReader, others
 from memhoncho.store import parked
 from memhoncho.store.base import Census
 from memhoncho.worker import routing
@@ -73,23 +75,17 @@ def config_summary(deployment: Deployment, current: Settings) -> dict[str, Any]:
         broker=broker_kind(current),
         partitions=current.partitions,
         store=store_kind(current),
-        relay=relay_state(deployment),
+        **relay_fields(deployment),
     )
 
 
-#: seconds: a relay heartbeat older than this is a relay gone (``capture.relay``'s own figure;
-#: status sits below capture, so it is repeated here and a test keeps the two equal)
-RELAY_STALE_S = 60.0
+def relay_fields(deployment: Deployment) -> dict[str, Any]:
+    """``relay``: running, absent, or missing (absent while ``memhoncho capture``'s records
+    wait for one: ``store.relay_watch``, as doctor reads it); ``relay_waiting``: how many."""
+    from memhoncho.store import relay_watch
 
-
-def relay_state(deployment: Deployment) -> str:
-    """running, or absent: then ``memhoncho capture``'s records wait for the sweep."""
-    beats = deployment.layout.relay_heartbeat("-").parent
-    try:
-        newest = max((p.stat().st_mtime for p in beats.glob("relay-*")), default=0.0)
-    except OSError:
-        newest = 0.0
-    return "running" if time.time() - newest <= RELAY_STALE_S else "absent"
+    found = relay_watch.watch(deployment.layout)
+    return {"relay": found.state, "relay_waiting": found.waiting}
 
 
 def store_kind(current: Settings) -> str:
@@ -273,12 +269,20 @@ def queues_bucket(deployment: Deployment, current: Settings) -> dict[str, Any]:
 # ---- tasks -------------------------------------------------------------------------------
 
 
-def tasks_bucket(deployment: Deployment, current: Settings, now: float) -> dict[str, Any]:
+def tasks_bucket(
+    deployment: Deployment, current: Settings, now: float, others: Collection[str] = ()
+) -> dict[str, Any]:
+    """Task results and live beats and workers; a worker in ``others`` (node names of workers
+    serving another deployment, ``status.workers``) is no consumer of this deployment's."""
     try:
         store = results.store_for(current.broker_url, deployment.data_dir, current.store_url)
         found = store.all()
         beats = store.live_beats(now)
-        workers = store.live_workers(now)
+        workers = {
+            worker_id: queues
+            for worker_id, queues in store.live_workers(now).items()
+            if worker_id.rsplit(":", 1)[0] not in others  # a heartbeat's id is node:pid
+        }
     except Exception as exc:
         return _bucket([f"task results unreadable ({type(exc).__name__})"], tasks=None)
     consumers = dict.fromkeys(queue_names(current), 0)
@@ -301,8 +305,9 @@ def tasks_bucket(deployment: Deployment, current: Settings, now: float) -> dict[
 class StatusReader:
     """Builds the view; keep one for repeated reads (the HTTP server) to reuse its cache."""
 
-    def __init__(self, deployment: Deployment) -> None:
+    def __init__(self, deployment: Deployment, workers_max_age_s: float = MAX_AGE_S) -> None:
         self.deployment = deployment
+        self.workers = WorkersReader(max_age_s=workers_max_age_s)
 
     def read(self) -> dict[str, Any]:
         now = time.time()
@@ -317,6 +322,11 @@ class StatusReader:
                 "degraded": ["config"],
                 "reasons": [reason],
             }
+        # The workers first: asking them waits out a broadcast, which must not fall between
+        # the store's census and the task results (a delivery finishing meanwhile would show
+        # as a success with its records still pending).
+        workers = _guarded("workers", lambda: self.workers.read(deployment))
+        now = time.time()
         census_error = ""
         try:
             # The store keeps its census cache (the file store's by file stat), so repeated
@@ -345,7 +355,9 @@ class StatusReader:
         view["departures"] = _guarded("departures", lambda: departures_bucket(deployment))
         view["redactions"] = _guarded("redactions", lambda: redactions_bucket(deployment))
         view["queues"] = _guarded("queues", lambda: queues_bucket(deployment, current))
-        view["tasks"] = _guarded("tasks", lambda: tasks_bucket(deployment, current, now))
+        view["workers"] = workers
+        strangers = others(workers)
+        view["tasks"] = _guarded("tasks", lambda: tasks_bucket(deployment, current, now, strangers))
         stale_s = health.STALL_SWEEPS * current.sweep_interval_s  # a park not renewed since
         view["parked"] = _guarded(
             "parked", lambda: _bucket([], **parked.summary(deployment.layout, now, stale_s))

@@ -128,7 +128,11 @@ def standin_env(
 
 
 class CeleryProcess:
-    """One ``celery worker`` or ``celery beat`` process. Use as a context manager."""
+    """One ``celery worker`` or ``celery beat`` process. Use as a context manager.
+
+    Its ``MEMHONCHO_DATA_DIR`` must be initialised first (``deployment.initialise``, as
+    ``memhoncho init``; the ``data_dir`` fixture is): Celery's commands refuse a folder that
+    is not, and ``wait_ready`` then raises with their ``ERR_NOT_INITIALISED`` line."""
 
     def __init__(
         self,

@@ -2,8 +2,10 @@
 
 Nothing is built at import. ``celery -A memhoncho.celery_app worker|beat|flower`` looks up
 ``app`` here, and that first look-up builds the process's app (``get_app``) from the settings
-of ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR``. The tasks are shared tasks: they bind to
-whichever app is built, so nothing here imports a service and nothing cycles.
+of ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR``, once the data directory is known to be
+an initialised one (``command_app``: else the command ends with exit 2, creating nothing).
+The tasks are shared tasks: they bind to whichever app is built, so nothing here imports a
+service and nothing cycles.
 
 With no ``broker_url`` memhoncho uses kombu's filesystem transport under the data directory
 (one machine, no server); the broker only carries hints, so either choice never risks data.
@@ -11,6 +13,7 @@ With no ``broker_url`` memhoncho uses kombu's filesystem transport under the dat
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,8 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from memhoncho import logs, results
-from memhoncho.deployment import Deployment
+from memhoncho.deployment import Deployment, require_initialised
+from memhoncho.errors import ConfigError
 from memhoncho.settings import Settings
 from memhoncho.worker import routing
 from memhoncho.worker.embedded_broker import TAKEN_FOLDER_OPTION
@@ -225,11 +229,18 @@ _app_lock = threading.Lock()
 
 def get_app() -> Celery:
     """The process's worker, beat or flower app: built from settings on the first call, with
-    the task bookkeeping wired (``results``) and memhoncho's tasks registered on it."""
+    the task bookkeeping wired (``results``) and memhoncho's tasks registered on it.
+
+    ConfigError for bad settings, NotInitialised for a data directory that is not an
+    initialised memhoncho one (a mistyped ``MEMHONCHO_DATA_DIR``): checked before the build,
+    which makes the embedded broker's folders, so such a folder is refused, never created.
+    """
     global _app
     with _app_lock:
         if _app is None:
-            built = create_app()
+            deployment = Deployment.from_dirs()
+            require_initialised(deployment.data_dir)
+            built = create_app(deployment)
             results.connect(built, routing.TASK_PREFIX)  # task bookkeeping for status and doctor
             import memhoncho.worker.tasks  # noqa: F401  (its shared tasks bind to the app)
 
@@ -237,8 +248,29 @@ def get_app() -> Celery:
         return _app
 
 
+#: the exit status of a Celery command refused at start: the ``memhoncho`` commands' own
+#: ``REFUSED`` (``cli/exits.py``, which sits above this package; a test keeps the two equal)
+REFUSED_EXIT = 2
+
+
+def command_app() -> Celery:
+    """``get_app`` for a Celery command (``celery -A memhoncho.celery_app worker|beat|...``).
+
+    The app is the first thing the command builds, before any of Celery's signals
+    (``worker_init``, ``beat_init``) fires and before beat opens its schedule file, so this is
+    where a worker or beat refuses bad settings or a folder that is not an initialised data
+    directory: the error's code and sentence on stderr and exit 2, instead of Celery's
+    "Unable to load celery application" and a traceback.
+    """
+    try:
+        return get_app()
+    except ConfigError as exc:
+        sys.stderr.write(f"memhoncho: {exc.code}: {exc.message}\n")
+        raise SystemExit(REFUSED_EXIT) from None
+
+
 def __getattr__(name: str) -> Any:
     """``app`` (what ``celery -A memhoncho.celery_app`` looks up) is built on first access."""
     if name == "app":
-        return get_app()
+        return command_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,7 +26,7 @@ from test_delivery_workers import (
 )
 
 from memhoncho.capture.host import Host
-from memhoncho.deployment import Deployment
+from memhoncho.deployment import Deployment, initialise
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.proxy import TcpProxy
@@ -75,8 +75,8 @@ def test_cut_connections_to_rabbitmq_and_postgres_lose_and_duplicate_nothing(
         store_url=store_proxy.url_for(postgres_url),
         **common,
     )
-    host_data.mkdir()
-    worker_data.mkdir()
+    initialise(host_data)  # each machine's folder, as `memhoncho init` makes it
+    initialise(worker_data)  # (its worker refuses one that is not initialised)
     standin.faults.add("latency_ms", latency_ms=20, count=None, path_contains="/messages")
     deployment = Deployment(host_config, host_data)
     rng = random.Random(20261204)

@@ -23,7 +23,7 @@ from test_delivery_workers import (  # the worker tests' waiting and judging, on
 )
 
 from memhoncho.capture.host import Host
-from memhoncho.deployment import Deployment
+from memhoncho.deployment import Deployment, initialise
 from memhoncho.errors import StoreUnavailable
 from memhoncho.models import CaptureStatus
 from memhoncho.store import close_stores
@@ -59,7 +59,7 @@ def machine(
         store_timeout_s=1.0,
     )
     write_api_key(config_dir, KEY)
-    data_dir.mkdir(parents=True)
+    initialise(data_dir)  # as `memhoncho init` on each machine: its workers refuse a new folder
     return Deployment(config_dir, data_dir)
 
 

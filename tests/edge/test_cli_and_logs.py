@@ -142,8 +142,10 @@ def test_the_drawing_libraries_load_only_in_the_commands_that_draw() -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_the_default_install_brings_flower_prometheus_client_and_rich() -> None:
-    """`pip install -e .` (the README's first command) is enough for `celery ... flower`."""
+def test_the_default_install_brings_flower_prometheus_client_and_rich(data_dir: Path) -> None:
+    """`pip install -e .` (the README's first command) is enough for `celery ... flower`
+    (on the environment's data directory, initialised: Celery's commands refuse one that is
+    not)."""
     from importlib.metadata import requires
 
     from packaging.requirements import Requirement

@@ -55,10 +55,11 @@ def _command(service: dict[str, Any]) -> list[str]:
 
 
 def _celery_params(command: list[str]) -> tuple[str, dict[str, Any]]:
+    from celery import Celery
     from celery.bin.base import CLIContext
     from celery.bin.celery import celery as celery_cli
 
-    from memhoncho.celery_app import app
+    app = Celery("memhoncho")  # only the command lines are parsed: any app does
 
     assert command[:3] == CELERY_PREFIX
     sub, rest = command[3], command[4:]
@@ -199,10 +200,11 @@ def _healthcheck(service: dict[str, Any]) -> list[str]:
 
 
 def test_each_worker_healthcheck_pings_its_own_node(compose: dict[str, Any]) -> None:
+    from celery import Celery
     from celery.bin.base import CLIContext
     from celery.bin.celery import celery as celery_cli
 
-    from memhoncho.celery_app import app
+    app = Celery("memhoncho")  # only the command lines are parsed: any app does
 
     for name, params in _workers(compose).items():
         check = _healthcheck(compose["services"][name])
@@ -241,7 +243,7 @@ def test_beat_flower_and_the_status_server_have_healthchecks_that_exist(
     assert f"http://127.0.0.1:{port}/healthcheck" in flower[2]
     assert ("/healthcheck", monitor.Healthcheck) in [h for h in handlers if isinstance(h, tuple)]
     for name, service in _memhoncho_services(compose).items():
-        if name not in ("host", "store-migrate"):  # store-migrate: a one-shot, its exit code
+        if name not in ("host", "store-migrate", "init"):  # one-shots: their exit code
             assert service["healthcheck"]["interval"], name
 
 
@@ -311,11 +313,27 @@ def test_on_the_postgres_profile_every_memhoncho_service_waits_for_the_schema(
     compose: dict[str, Any],
 ) -> None:
     for name, service in _memhoncho_services(compose).items():
-        if name == "store-migrate":
-            assert "store-migrate" not in service["depends_on"]  # not on itself
+        if name in ("store-migrate", "init"):
+            assert "store-migrate" not in service["depends_on"]  # not on itself; init needs none
             continue
         wait = service["depends_on"]["store-migrate"]
         assert wait == {"condition": "service_completed_successfully", "required": False}, name
+
+
+def test_every_memhoncho_service_waits_for_the_volume_to_be_initialised(
+    compose: dict[str, Any],
+) -> None:
+    """Workers and beat refuse a data directory without its identity (a mistyped one), so the
+    one-shot ``memhoncho init`` runs first on a new volume and everything else waits for it."""
+    services = _memhoncho_services(compose)
+    init = services.pop("init")
+    assert _command(init) == ["memhoncho", "init"]
+    assert init["depends_on"] == {} and init["restart"] == "no"
+    for name, service in services.items():
+        if name == "store-migrate":
+            continue  # the database's schema: it writes nothing in the data directory
+        wait = service["depends_on"]["init"]
+        assert wait == {"condition": "service_completed_successfully"}, name
 
 
 def _docker_compose() -> list[str] | None:

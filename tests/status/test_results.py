@@ -145,7 +145,9 @@ def test_the_signal_handlers_record_only_memhoncho_tasks_and_never_raise(
     recorder.success(sender=_Task("memhoncho.deliver"))  # logged, not raised
 
 
-def test_the_celery_app_connects_the_recorder() -> None:
+def test_the_celery_app_connects_the_recorder(data_dir: Path) -> None:
+    """``data_dir`` is the environment's (``MEMHONCHO_DATA_DIR``), initialised: the process's
+    app refuses a folder that is not."""
     from celery import signals
 
     from memhoncho.celery_app import app

@@ -83,7 +83,8 @@ def test_the_relay_draws_the_table_the_command_would_draw_for_its_stdout(
     short_root: Path, columns: str | None
 ) -> None:
     config, data = short_root / "config", short_root / "data"
-    capture_one(config, data, "conv-1", 0)
+    with Host(config, data) as host:  # its own hint: nothing waits for a relay (not "missing")
+        assert host.capture(run_event("conv-1", 0)).status == "captured"
     env = {"COLUMNS": columns} if columns else {}
     alone = status(config, data, env=env)
     with RelayProcess(config, data):
