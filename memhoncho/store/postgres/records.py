@@ -25,19 +25,24 @@ if TYPE_CHECKING:
     import psycopg
 
 
-#: The whole capture as one server-side function (migration 0005), called in autocommit: one
-#: statement, one round trip, one transaction. Under the conversation's row lock it orders the
-#: capture (``last_seq``), refuses a duplicate (ledger window or outbox) and a full outbox,
-#: inserts the record and claims the hint mark (``hint_at``) when none waits.
+#: The whole capture as one server-side function (migration 0006), called in autocommit: one
+#: statement, one round trip, one transaction, prepared on each pooled connection. Under the
+#: conversation's row lock it orders the capture (``last_seq``), refuses a duplicate (ledger
+#: window or outbox) and a full outbox, inserts the record, and either claims the hint mark
+#: (``hint_at``) for a caller that publishes or leaves the relay a request, when no hint waits.
 APPEND_SQL = (
     "SELECT status, seq, known_digest, pending, hint FROM memhoncho_append("
     "%(key)s, %(conversation_id)s, %(batch_id)s, %(captured_at)s, %(messages)s,"
-    " %(record)s::jsonb, %(max_pending)s, %(stale_s)s, %(claim)s)"
+    " %(record)s::jsonb, %(max_pending)s, %(stale_s)s, %(hint)s)"
 )
 #: what an outbox line (``outbox.encode_line``) adds to the record's JSON: checksum, space,
 #: ``,"seq":`` and a seq of 16 digits (microseconds since the epoch), newline
 LINE_OVERHEAD = 9 + len(',"seq":') + 16 + 1
 PENDING_EDGE_SQL = "SELECT seq, record FROM memhoncho_outbox WHERE key = %s ORDER BY seq {} LIMIT 1"
+
+
+def _third(row: tuple[Any, ...]) -> Any:
+    return row[2]
 
 
 def _record(seq: int, record: dict[str, Any]) -> Record:
@@ -74,10 +79,12 @@ class PgRecords(PgConnections):
             "record": payload,
             "max_pending": max_pending,
             "stale_s": hint_marks.STALE_S,
-            "claim": after_write is not None,
+            # A caller that publishes claims the mark; one that cannot (``memhoncho capture``,
+            # no API key yet, a broker known down) leaves the outbox relay a request.
+            "hint": "publish" if after_write is not None else "request",
         }
         with self.connection() as conn:
-            row = conn.execute(APPEND_SQL, params).fetchone()
+            row = conn.execute(APPEND_SQL, params, prepare=True).fetchone()
         assert row is not None
         status, seq, known_digest, pending, hint = row
         if status == "duplicate":  # delivered within the ledger's window, or in the outbox
@@ -90,7 +97,9 @@ class PgRecords(PgConnections):
                 f"the conversation has {pending} undelivered batches; the limit is {max_pending}",
                 limit=max_pending,
             )
-        if hint and after_write is not None:
+        if after_write is None:
+            return Appended(duplicate=False, seq=int(seq), relayed=bool(hint))
+        if hint:
             # Committed already: a worker woken by this hint sees the record. Only the capture
             # that claimed the mark publishes; the others are seen by the hint that waits.
             try:
@@ -123,10 +132,40 @@ class PgRecords(PgConnections):
             ).fetchone()
         return row is not None
 
-    def release_hint(self, key: str) -> None:
-        """The publish failed: no hint waits, so the next capture (or the sweep) publishes."""
+    def release_hint(self, key: str, conversation_id: str | None = None) -> None:
+        """The publish failed: no hint waits, so the next capture publishes; with
+        ``conversation_id``, the outbox relay is also asked to (it tries at every look)."""
         with self.connection() as conn:
             conn.execute("UPDATE memhoncho_conversations SET hint_at = NULL WHERE key = %s", (key,))
+            if conversation_id is not None:
+                self._request(conn, [(key, conversation_id)])
+
+    def request_relay(self, requests: list[tuple[str, str]]) -> None:
+        """Ask the outbox relay to publish these (key, conversation id) hints."""
+        if requests:
+            with self.connection() as conn:
+                self._request(conn, requests)
+
+    @staticmethod
+    def _request(conn: psycopg.Connection[Any], requests: list[tuple[str, str]]) -> None:
+        conn.execute(
+            "INSERT INTO memhoncho_relay_requests (key, conversation_id, requested_at)"
+            " SELECT k, c, extract(epoch FROM clock_timestamp())"
+            " FROM unnest(%s::text[], %s::text[]) AS r(k, c) ON CONFLICT (key) DO NOTHING",
+            ([k for k, _ in requests], [c for _, c in requests]),
+        )
+
+    def take_relay_requests(self) -> list[tuple[str, str]]:
+        """Remove and return every relay request (key, conversation id), oldest first.
+
+        Removed before the hint is published (``hint_marks.take_request``'s order), so a
+        capture that asks meanwhile makes a new request; another relay takes none of these."""
+        with self.connection() as conn:
+            rows = conn.execute(
+                "DELETE FROM memhoncho_relay_requests"
+                " RETURNING key, conversation_id, requested_at"
+            ).fetchall()
+        return [(key, conversation_id) for key, conversation_id, _ in sorted(rows, key=_third)]
 
     def hint_marks(self) -> dict[str, float]:
         """Every waiting mark and when it was claimed (server clock, epoch seconds)."""
