@@ -1,11 +1,9 @@
-"""A capture that costs one UPDATE and one INSERT, and relay requests every machine sees.
+"""Relay requests every machine sees, and the capture function's say in them.
 
-- ``memhoncho_append`` again, in two paths. The usual capture (the conversation's row exists,
-  the run is not in the ledger's window, the outbox has room by the seq clock) is one UPDATE
-  that locks the row, bumps the clock and claims the hint mark, then one INSERT that refuses a
-  run already in the outbox (and undoes the UPDATE then). Anything else (a first capture, a
-  duplicate, a full outbox) takes the careful path of 0005, unchanged. Measured: 0005 ran five
-  statements a capture (insert-or-nothing, lock, duplicate probe, update, insert).
+- ``memhoncho_append`` is now the careful path only: the usual capture is one statement of the
+  store's own (``store/postgres/records.py``, ``APPEND_SQL``: an UPDATE and an INSERT, no
+  function call), which measured cheaper than 0005's five statements of PL/pgSQL; the function
+  takes what that statement leaves (a first capture, a duplicate, an outbox that may be full).
 - ``p_hint`` replaces ``p_claim``: ``publish`` claims the mark for a caller that publishes;
   ``request`` (a capture that publishes nothing: ``memhoncho capture``, no API key yet, a
   broker known to be down) leaves a row in ``memhoncho_relay_requests`` when no hint waits, so
@@ -45,48 +43,9 @@ DECLARE
     conv memhoncho_conversations%ROWTYPE;
     -- The server's clock: marks claimed from every machine are aged by one clock.
     now_s double precision := extract(epoch FROM clock_timestamp());
-    mark double precision;  -- hint_at after the update: now_s when this capture claimed it
-    waits boolean;          -- a hint is waiting (a mark not yet stale) before this capture
+    waits boolean;  -- a hint is waiting (a mark not yet stale) before this capture
 BEGIN
-    hint := false;
-    -- The usual capture: lock the row, bump the clock, claim the mark, in one statement.
-    UPDATE memhoncho_conversations c SET last_seq = c.last_seq + 1,
-        pending_batches = c.pending_batches + 1,
-        pending_messages = c.pending_messages + p_messages,
-        conversation_id = coalesce(c.conversation_id, p_conversation_id),
-        hint_at = CASE WHEN p_hint = 'publish'
-                        AND (c.hint_at IS NULL OR c.hint_at < now_s - p_stale)
-                       THEN now_s ELSE c.hint_at END
-        WHERE c.key = p_key
-          AND NOT coalesce(c.ledger -> 'delivered_batches' ? p_batch_id, false)
-          AND c.last_seq + 1 - c.delivered_seq <= p_max_pending
-        RETURNING c.last_seq, c.hint_at INTO seq, mark;
-    IF FOUND THEN
-        INSERT INTO memhoncho_outbox (key, seq, batch_id, captured_at, messages, record)
-            VALUES (p_key, seq, p_batch_id, p_captured_at, p_messages, p_record)
-            ON CONFLICT (key, batch_id) DO NOTHING;
-        IF FOUND THEN
-            IF p_hint = 'publish' THEN
-                hint := mark = now_s;
-            ELSIF p_hint = 'request' AND (mark IS NULL OR mark < now_s - p_stale) THEN
-                INSERT INTO memhoncho_relay_requests (key, conversation_id, requested_at)
-                    VALUES (p_key, p_conversation_id, now_s) ON CONFLICT (key) DO NOTHING;
-                hint := true;
-            END IF;
-            status := 'captured';
-            RETURN;
-        END IF;
-        -- Already in the outbox: undo the update (the row is still ours, locked); a mark
-        -- claimed just now is released (the one it replaced was absent or stale).
-        UPDATE memhoncho_conversations c SET last_seq = c.last_seq - 1,
-            pending_batches = c.pending_batches - 1,
-            pending_messages = c.pending_messages - p_messages,
-            hint_at = CASE WHEN p_hint = 'publish' AND c.hint_at = now_s
-                           THEN NULL ELSE c.hint_at END
-            WHERE c.key = p_key;
-        seq := NULL;
-    END IF;
-    -- The careful path (0005's): a first capture, a duplicate, an outbox that may be full.
+    -- The conversation's row, locked: captures of one conversation commit in seq order.
     INSERT INTO memhoncho_conversations (key, conversation_id) VALUES (p_key, p_conversation_id)
         ON CONFLICT (key) DO NOTHING;
     SELECT * INTO conv FROM memhoncho_conversations WHERE key = p_key FOR UPDATE;
