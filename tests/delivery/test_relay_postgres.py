@@ -168,9 +168,10 @@ def test_captures_made_while_the_broker_was_down_are_delivered_seconds_after_it_
         with RelayProcess(config_dir, data_dir):
             with CeleryProcess("worker", worker_env, concurrency=2):
                 broker.down()
-                with Host(config_dir, data_dir) as host, Host(
-                    config_dir, data_dir, hints=False
-                ) as quiet:
+                with (
+                    Host(config_dir, data_dir) as host,
+                    Host(config_dir, data_dir, hints=False) as quiet,
+                ):
                     for i in range(3):
                         for name in ("conv-down-1", "conv-down-2"):
                             outcome = host.capture(run_event(name, i, OWNER)).hint
@@ -188,9 +189,10 @@ def test_captures_made_while_the_broker_was_down_are_delivered_seconds_after_it_
                 assert recovery_s < RECOVERY_S
             # The worker is stopped: a hint published now waits in the broker, untaken.
             name = "conv-down-1"
-            with Host(config_dir, data_dir) as host, Host(
-                config_dir, data_dir, hints=False
-            ) as quiet:
+            with (
+                Host(config_dir, data_dir) as host,
+                Host(config_dir, data_dir, hints=False) as quiet,
+            ):
                 outcomes = []
                 for _ in range(12):
                     outcomes.append(host.capture(run_event(name, runs[name], OWNER)).hint)

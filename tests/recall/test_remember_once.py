@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from memhoncho.capture.host import Host
+from memhoncho.errors import HonchoTimeout
 from memhoncho.recall import tools
 from memhoncho.testing import HonchoStandIn
-from memhoncho.errors import HonchoTimeout
 from memhoncho.testing.config import point_at_standin, write_settings
 from memhoncho.testing.processes import CeleryProcess
 from memhoncho.testing.rabbitmq import private_vhost

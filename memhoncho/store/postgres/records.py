@@ -194,8 +194,7 @@ class PgRecords(PgConnections):
         capture that asks meanwhile makes a new request; another relay takes none of these."""
         with self.connection() as conn:
             rows = conn.execute(
-                "DELETE FROM memhoncho_relay_requests"
-                " RETURNING key, conversation_id, requested_at"
+                "DELETE FROM memhoncho_relay_requests RETURNING key, conversation_id, requested_at"
             ).fetchall()
         return [(key, conversation_id) for key, conversation_id, _ in sorted(rows, key=_third)]
 
