@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from memhoncho import deployment as deployment_module
@@ -112,8 +113,8 @@ class Host:
         store = open_store(self.deployment.data_dir, current.store_url, current.store_timeout_s)
         marks = store.kind == "files"
         # PostgreSQL claims the mark in the capture's own statement, and calls back only when
-        # it did (no hint waits); so it is asked to claim only when this host would publish.
-        publishing = marks or self._may_publish()
+        # it did (no hint waits), when this host would publish; else it asks the relay to.
+        publishing = marks or (self._hinting and self._may_publish())
         appended = store.append(  # CaptureTooLarge past max_batch_bytes, encoded once
             key,
             record,
@@ -131,7 +132,7 @@ class Host:
             return CaptureResult(status=CaptureStatus.DUPLICATE, batch_id=record["batch_id"])
         # No callback from a store that claimed nothing: the hint waiting covers the record.
         enqueued = settled(hint[0]) if hint else (publishing and not marks)
-        outcome = said[0] if said else self._unsent(publishing)
+        outcome = said[0] if said else self._unsent(publishing, appended.relayed)
         if outcome is HintOutcome.PUBLISHED and not enqueued:
             outcome = HintOutcome.BROKER_DOWN  # failed, or no answer in time
         redactions = int(record.get("redactions", 0))
@@ -203,15 +204,14 @@ class Host:
             tell(HintOutcome.NO_KEY)
             return False
         if not marks:
+            release = partial(self._release_pg_mark, key, conversation_id)
             if time.monotonic() < self._broker_down_until:
-                self._release_pg_mark(key)
+                release()
                 tell(HintOutcome.BROKER_DOWN)
                 return False
             self._begin_publish()  # counted now, so close() waits for it
             tell(HintOutcome.PUBLISHED)
-            return self._hints.submit(
-                lambda: self._send_hint(conversation_id, lambda: self._release_pg_mark(key))
-            )
+            return self._hints.submit(lambda: self._send_hint(conversation_id, release))
         if not self._hinting:  # the outbox relay publishes, unless a hint already waits
             if hint_marks.claim(self.deployment.layout, key):
                 hint_marks.request_relay(self.deployment.layout, key, conversation_id)
@@ -232,11 +232,13 @@ class Host:
             lambda: self._send_hint(conversation_id, lambda: hint_marks.release(layout, key))
         )
 
-    def _unsent(self, publishing: bool) -> HintOutcome:
-        """What became of the hint of a capture whose store asked for none: a PostgreSQL
-        capture that found a hint waiting, or one made with no key or the broker down."""
+    def _unsent(self, publishing: bool, relayed: bool = False) -> HintOutcome:
+        """What became of the hint of a PostgreSQL capture that published none: a hint waits,
+        it was left to the relay, or (left to the relay too) no key or the broker down."""
         if publishing:
             return HintOutcome.WAITING
+        if not self._hinting:
+            return HintOutcome.RELAY if relayed else HintOutcome.WAITING
         if self._closed or self.deployment.api_key() is None:
             return HintOutcome.NO_KEY
         return HintOutcome.BROKER_DOWN
@@ -247,12 +249,13 @@ class Host:
             return False
         return time.monotonic() >= self._broker_down_until
 
-    def _release_pg_mark(self, key: str) -> None:
-        """No hint waits after all: the next capture must publish (the sweep re-drives)."""
+    def _release_pg_mark(self, key: str, conversation_id: str) -> None:
+        """No hint waits after all: the next capture publishes, and the outbox relay is asked
+        to (it tries again at every look until the broker answers)."""
         try:
             release = getattr(self.deployment.store(), "release_hint", None)
             if release is not None:
-                release(key)
+                release(key, conversation_id)
         except MemhonchoError:
             pass  # a mark left behind ages out after hint_marks.STALE_S
 

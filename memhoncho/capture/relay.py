@@ -8,6 +8,10 @@ hint): both looks cost a listing of small directories, whatever the number of co
 Every ``FULL_SCAN_S`` (and at start) it also stats every outbox (the stamps the sweep index
 uses) and hints each changed one with a pending record, through the same marks, so records that
 got no hint (no key yet, a broker that was down) wait for it, not for the next sweep.
+
+On the PostgreSQL store those captures leave their request in the database instead (the
+capture's own statement, ``memhoncho_relay_requests``), where the relay of any machine takes
+it at its next look; the marks are the database's too.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memhoncho import ids
 from memhoncho.deployment import Deployment
@@ -52,8 +57,11 @@ class Relay:
     """Scans one data directory's outboxes and hints the conversations with new records."""
 
     def __init__(self, deployment: Deployment, publish: Publish) -> None:
+        self.deployment = deployment
         self.layout = deployment.layout
         self.publish = publish
+        #: the requests and marks are the database's (PostgreSQL), not this data directory's
+        self.in_database = bool(deployment.settings().store_url)
         self._stamps: dict[str, Stamp] = {}
         self._next_full = 0.0  # monotonic time of the next full scan; the first is at once
         #: stale marks this relay republished, with the mtime it renewed them to
@@ -64,6 +72,8 @@ class Relay:
     def scan(self, *, full: bool | None = None) -> ScanReport:
         """Publish for the requests and stale marks; with ``full`` (due every ``FULL_SCAN_S``
         by default), also for every changed outbox with a pending record."""
+        if self.in_database:
+            return self._scan_database()
         report = ScanReport()
         for key in hint_marks.relay_requests(self.layout):
             conversation_id = hint_marks.take_request(self.layout, key)
@@ -119,6 +129,40 @@ class Relay:
             else:
                 hint_marks.release(self.layout, key)
                 self._owed.add(key)
+        return report
+
+    def _scan_database(self) -> ScanReport:
+        """Take the database's requests; publish each whose mark this relay claims (a hint
+        that waits covers the others). After a failed publish the rest wait for the next look,
+        asked again with it: one failure a look while the broker is down, not one each."""
+        report = ScanReport()
+        try:
+            store: Any = self.deployment.store()
+            taken: list[tuple[str, str]] = store.take_relay_requests()
+        except MemhonchoError as exc:
+            _log_failure(exc)
+            return report
+        owed: list[tuple[str, str]] = []
+        try:
+            for key, conversation_id in taken:
+                report.requests += 1
+                if owed:
+                    owed.append((key, conversation_id))
+                elif not store.claim_hint(key, hint_marks.STALE_S):
+                    report.coalesced += 1
+                elif self._publish(conversation_id):
+                    report.published += 1
+                else:
+                    store.release_hint(key)
+                    owed.append((key, conversation_id))
+        except MemhonchoError as exc:  # the database went away mid-look: ask for the rest
+            _log_failure(exc)
+            done = report.published + report.coalesced + len(owed)
+            owed += taken[done:]
+        try:
+            store.request_relay(owed)
+        except MemhonchoError as exc:  # lost with the database: the sweep re-drives them
+            _log_failure(exc)
         return report
 
     def _publish(self, conversation_id: str) -> bool:
@@ -180,6 +224,13 @@ def run(
         if exit_with_parent and os.getppid() != parent:
             return
         time.sleep(max(0.0, poll_s - (time.monotonic() - started)))
+
+
+def _log_failure(exc: Exception) -> None:
+    log.warning(
+        "relay could not read its requests",
+        extra={"action": "relay_store_failed", "error": type(exc).__name__},
+    )
 
 
 def _touch(path: Path) -> None:

@@ -36,6 +36,9 @@ class Appended:
 
     duplicate: bool
     seq: int | None = None
+    #: a relay request was left (PostgreSQL, a capture that publishes no hint and found none
+    #: waiting): the outbox relay of any machine publishes it
+    relayed: bool = False
 
 
 @dataclass

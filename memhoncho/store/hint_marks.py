@@ -27,7 +27,10 @@ A capture that publishes nothing itself (``memhoncho capture``) claims the mark 
 when it created it, leaves a relay request (``state/relay/<key>``, holding the conversation id):
 the outbox relay takes the request (removes it) and then publishes. The mark stays claimed until
 that hint's delivery starts, so the captures in between coalesce on it; a request made after the
-relay took the last one is a new file, published at the next look.
+relay took the last one is a new file, published at the next look. On the PostgreSQL store the
+request is a row of ``memhoncho_relay_requests``, left by the capture's own statement (for a
+capture that publishes nothing, or whose broker is down or key missing) when no hint waits;
+the relay claims the mark when it takes the request, just before it publishes.
 """
 
 from __future__ import annotations

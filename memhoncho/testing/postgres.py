@@ -29,6 +29,7 @@ TABLES = (
     "memhoncho_heartbeats",
     "memhoncho_representations",
     "memhoncho_celery_results",
+    "memhoncho_relay_requests",
 )
 
 

@@ -16,16 +16,28 @@ class TcpProxy:
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
-        self._listener = socket.socket()
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(128)
-        self.port = int(self._listener.getsockname()[1])
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
-        self._closed = False
         self.cuts = 0  #: connections ended by ``cut``
+        self.port = 0
+        self._listen()
+
+    def _listen(self) -> None:
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", self.port))
+        self._listener.listen(128)
+        self.port = int(self._listener.getsockname()[1])
+        self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="tcp-proxy").start()
+
+    def down(self) -> None:
+        """The server gone from the network: every connection cut, new ones refused."""
+        self.close()
+
+    def up(self) -> None:
+        """Back on the same port after ``down``."""
+        self._listen()
 
     def url_for(self, url: str) -> str:
         """``url`` with its host and port replaced by the proxy's."""

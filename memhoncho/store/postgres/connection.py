@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
 #: the migration this code needs (``memhoncho/store/migrations/versions``); see ``schema_head``
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 POOL_MAX = 10  # connections per process: a worker thread may hold a lock and use another
 #: milliseconds a statement waits for a row lock (a capture behind a stalled one, a worker
 #: behind a committing capture) before it fails with StoreUnavailable rather than hang

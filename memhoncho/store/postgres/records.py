@@ -25,19 +25,54 @@ if TYPE_CHECKING:
     import psycopg
 
 
-#: The whole capture as one server-side function (migration 0005), called in autocommit: one
-#: statement, one round trip, one transaction. Under the conversation's row lock it orders the
-#: capture (``last_seq``), refuses a duplicate (ledger window or outbox) and a full outbox,
-#: inserts the record and claims the hint mark (``hint_at``) when none waits.
-APPEND_SQL = (
+#: The server's clock, one value a statement: marks claimed from every machine age by one clock.
+_NOW = "extract(epoch FROM statement_timestamp())"
+#: The usual capture as one statement, in autocommit (one round trip, one transaction),
+#: prepared on each pooled connection: when the conversation's row exists, the run is in
+#: neither the ledger's window nor the outbox and the outbox has room by the seq clock, it locks
+#: the row, bumps the clock (``last_seq``: captures of one conversation commit in seq order),
+#: inserts the record and claims the hint mark (``hint_at``) for a caller that publishes, or
+#: leaves the outbox relay a request for one that cannot, when no hint waits. It answers
+#: (seq, hint), or nothing: then ``APPEND_CAREFUL_SQL`` decides. A concurrent capture of the
+#: same run fails its INSERT on the unique batch id, which undoes the statement whole.
+APPEND_SQL = f"""WITH c AS (
+ UPDATE memhoncho_conversations c SET last_seq = c.last_seq + 1,
+  pending_batches = c.pending_batches + 1,
+  pending_messages = c.pending_messages + %(messages)s,
+  hint_at = CASE WHEN %(hint)s = 'publish'
+   AND (c.hint_at IS NULL OR c.hint_at < {_NOW} - %(stale_s)s) THEN {_NOW} ELSE c.hint_at END
+ WHERE c.key = %(key)s AND c.conversation_id IS NOT NULL
+  AND NOT coalesce(c.ledger -> 'delivered_batches' ? %(batch_id)s, false)
+  AND c.last_seq + 1 - c.delivered_seq <= %(max_pending)s
+  AND NOT EXISTS (SELECT FROM memhoncho_outbox o
+   WHERE o.key = %(key)s AND o.batch_id = %(batch_id)s)
+ RETURNING c.last_seq, c.hint_at),
+o AS (INSERT INTO memhoncho_outbox (key, seq, batch_id, captured_at, messages, record)
+ SELECT %(key)s, c.last_seq, %(batch_id)s, %(captured_at)s, %(messages)s, %(record)s::jsonb
+ FROM c),
+r AS (INSERT INTO memhoncho_relay_requests (key, conversation_id, requested_at)
+ SELECT %(key)s, %(conversation_id)s, {_NOW} FROM c
+ WHERE %(hint)s = 'request' AND (c.hint_at IS NULL OR c.hint_at < {_NOW} - %(stale_s)s)
+ ON CONFLICT (key) DO NOTHING)
+SELECT c.last_seq, CASE WHEN %(hint)s = 'publish' THEN c.hint_at = {_NOW}
+ ELSE c.hint_at IS NULL OR c.hint_at < {_NOW} - %(stale_s)s END
+FROM c"""
+#: Whatever the usual statement leaves (a conversation's first capture, a duplicate, an outbox
+#: that may be full) as one server-side function (migration 0006) under the row lock: it also
+#: refuses the duplicate and the full outbox, answering what the capture is.
+APPEND_CAREFUL_SQL = (
     "SELECT status, seq, known_digest, pending, hint FROM memhoncho_append("
     "%(key)s, %(conversation_id)s, %(batch_id)s, %(captured_at)s, %(messages)s,"
-    " %(record)s::jsonb, %(max_pending)s, %(stale_s)s, %(claim)s)"
+    " %(record)s::jsonb, %(max_pending)s, %(stale_s)s, %(hint)s)"
 )
 #: what an outbox line (``outbox.encode_line``) adds to the record's JSON: checksum, space,
 #: ``,"seq":`` and a seq of 16 digits (microseconds since the epoch), newline
 LINE_OVERHEAD = 9 + len(',"seq":') + 16 + 1
 PENDING_EDGE_SQL = "SELECT seq, record FROM memhoncho_outbox WHERE key = %s ORDER BY seq {} LIMIT 1"
+
+
+def _third(row: tuple[Any, ...]) -> Any:
+    return row[2]
 
 
 def _record(seq: int, record: dict[str, Any]) -> Record:
@@ -74,10 +109,14 @@ class PgRecords(PgConnections):
             "record": payload,
             "max_pending": max_pending,
             "stale_s": hint_marks.STALE_S,
-            "claim": after_write is not None,
+            # A caller that publishes claims the mark; one that cannot (``memhoncho capture``,
+            # no API key yet, a broker known down) leaves the outbox relay a request.
+            "hint": "publish" if after_write is not None else "request",
         }
         with self.connection() as conn:
-            row = conn.execute(APPEND_SQL, params).fetchone()
+            row = _usual_append(conn, params)
+            if row is None:
+                row = conn.execute(APPEND_CAREFUL_SQL, params, prepare=True).fetchone()
         assert row is not None
         status, seq, known_digest, pending, hint = row
         if status == "duplicate":  # delivered within the ledger's window, or in the outbox
@@ -90,7 +129,9 @@ class PgRecords(PgConnections):
                 f"the conversation has {pending} undelivered batches; the limit is {max_pending}",
                 limit=max_pending,
             )
-        if hint and after_write is not None:
+        if after_write is None:
+            return Appended(duplicate=False, seq=int(seq), relayed=bool(hint))
+        if hint:
             # Committed already: a worker woken by this hint sees the record. Only the capture
             # that claimed the mark publishes; the others are seen by the hint that waits.
             try:
@@ -123,10 +164,39 @@ class PgRecords(PgConnections):
             ).fetchone()
         return row is not None
 
-    def release_hint(self, key: str) -> None:
-        """The publish failed: no hint waits, so the next capture (or the sweep) publishes."""
+    def release_hint(self, key: str, conversation_id: str | None = None) -> None:
+        """The publish failed: no hint waits, so the next capture publishes; with
+        ``conversation_id``, the outbox relay is also asked to (it tries at every look)."""
         with self.connection() as conn:
             conn.execute("UPDATE memhoncho_conversations SET hint_at = NULL WHERE key = %s", (key,))
+            if conversation_id is not None:
+                self._request(conn, [(key, conversation_id)])
+
+    def request_relay(self, requests: list[tuple[str, str]]) -> None:
+        """Ask the outbox relay to publish these (key, conversation id) hints."""
+        if requests:
+            with self.connection() as conn:
+                self._request(conn, requests)
+
+    @staticmethod
+    def _request(conn: psycopg.Connection[Any], requests: list[tuple[str, str]]) -> None:
+        conn.execute(
+            "INSERT INTO memhoncho_relay_requests (key, conversation_id, requested_at)"
+            " SELECT k, c, extract(epoch FROM clock_timestamp())"
+            " FROM unnest(%s::text[], %s::text[]) AS r(k, c) ON CONFLICT (key) DO NOTHING",
+            ([k for k, _ in requests], [c for _, c in requests]),
+        )
+
+    def take_relay_requests(self) -> list[tuple[str, str]]:
+        """Remove and return every relay request (key, conversation id), oldest first.
+
+        Removed before the hint is published (``hint_marks.take_request``'s order), so a
+        capture that asks meanwhile makes a new request; another relay takes none of these."""
+        with self.connection() as conn:
+            rows = conn.execute(
+                "DELETE FROM memhoncho_relay_requests RETURNING key, conversation_id, requested_at"
+            ).fetchall()
+        return [(key, conversation_id) for key, conversation_id, _ in sorted(rows, key=_third)]
 
     def hint_marks(self) -> dict[str, float]:
         """Every waiting mark and when it was claimed (server clock, epoch seconds)."""
@@ -241,6 +311,19 @@ class PgRecords(PgConnections):
         keys = [row[0] for row in rows]
         listed = int(count[0]) if count else len(keys)
         return SweepListing(listed=listed, keys=keys, unchanged=listed - len(keys), seen=seen)
+
+
+def _usual_append(
+    conn: psycopg.Connection[Any], params: dict[str, Any]
+) -> tuple[str, int, None, None, bool] | None:
+    """``APPEND_SQL``'s capture, or None when the careful path must decide."""
+    import psycopg
+
+    try:
+        row = conn.execute(APPEND_SQL, params, prepare=True).fetchone()
+    except psycopg.errors.UniqueViolation:  # the same run, captured concurrently
+        return None
+    return None if row is None else ("captured", int(row[0]), None, None, bool(row[1]))
 
 
 def _delete_records(conn: psycopg.Connection[Any], key: str, where: str, seqs: list[int]) -> None:
