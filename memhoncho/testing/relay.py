@@ -66,3 +66,17 @@ class RelayProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class PublishRecorder:
+    """A relay's ``publish`` for tests: records each conversation hinted, or fails when told."""
+
+    def __init__(self) -> None:
+        self.published: list[str] = []
+        self.fail = False
+
+    def __call__(self, conversation_id: str) -> bool:
+        if self.fail:
+            return False
+        self.published.append(conversation_id)
+        return True

@@ -25,21 +25,10 @@ from memhoncho.store.ledger import write_ledger
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import memhoncho_env
+from memhoncho.testing.relay import PublishRecorder
 from memhoncho.testing.runs import expected_texts, run_event
 
 KEY = "sk-relay-key"
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.published: list[str] = []
-        self.fail = False
-
-    def __call__(self, conversation_id: str) -> bool:
-        if self.fail:
-            return False
-        self.published.append(conversation_id)
-        return True
 
 
 @pytest.fixture
@@ -50,7 +39,7 @@ def quiet_host(config_dir: Path, data_dir: Path) -> Iterator[Host]:
 
 
 def test_a_capture_that_publishes_nothing_is_hinted_once_by_the_relay(quiet_host: Host) -> None:
-    recorder = Recorder()
+    recorder = PublishRecorder()
     relay = Relay(quiet_host.deployment, recorder)
     assert relay.scan(full=True).published == 0  # nothing captured yet
     assert quiet_host.capture(run_event("conv-1", 0)).enqueued is False
@@ -64,7 +53,7 @@ def test_a_capture_that_publishes_nothing_is_hinted_once_by_the_relay(quiet_host
 def test_captures_while_the_relays_hint_waits_ask_nothing_until_a_delivery_starts(
     quiet_host: Host,
 ) -> None:
-    recorder = Recorder()
+    recorder = PublishRecorder()
     relay = Relay(quiet_host.deployment, recorder)
     quiet_host.capture(run_event("conv-1", 0))
     relay.scan(full=False)
@@ -80,7 +69,7 @@ def test_captures_while_the_relays_hint_waits_ask_nothing_until_a_delivery_start
 def test_a_request_whose_publish_failed_is_asked_again_and_published_at_the_next_scan(
     quiet_host: Host,
 ) -> None:
-    recorder = Recorder()
+    recorder = PublishRecorder()
     relay = Relay(quiet_host.deployment, recorder)
     quiet_host.capture(run_event("conv-1", 0))
     recorder.fail = True
@@ -90,7 +79,7 @@ def test_a_request_whose_publish_failed_is_asked_again_and_published_at_the_next
 
 
 def test_a_stale_mark_is_published_again_by_the_relay(quiet_host: Host) -> None:
-    recorder = Recorder()
+    recorder = PublishRecorder()
     relay = Relay(quiet_host.deployment, recorder)
     quiet_host.capture(run_event("conv-1", 0))
     relay.scan(full=False)
@@ -110,7 +99,7 @@ def keyless_host(config_dir: Path, data_dir: Path) -> Iterator[Host]:
 def test_the_full_scan_hints_a_changed_outbox_with_a_pending_record_once(
     keyless_host: Host,
 ) -> None:
-    recorder = Recorder()
+    recorder = PublishRecorder()
     relay = Relay(keyless_host.deployment, recorder)
     keyless_host.capture(run_event("conv-1", 0))
     assert relay.scan(full=False).published == 0
@@ -123,7 +112,7 @@ def test_the_full_scan_hints_a_changed_outbox_with_a_pending_record_once(
 def test_the_full_scan_skips_an_outbox_whose_records_are_all_delivered(
     keyless_host: Host,
 ) -> None:
-    recorder = Recorder()
+    recorder = PublishRecorder()
     keyless_host.capture(run_event("conv-1", 0))
     layout = keyless_host.deployment.layout
     key = ids.conversation_key("conv-1")
@@ -135,7 +124,7 @@ def test_the_full_scan_skips_an_outbox_whose_records_are_all_delivered(
 def test_a_full_scan_publish_that_failed_is_tried_again_at_the_next_look(
     keyless_host: Host,
 ) -> None:
-    recorder = Recorder()
+    recorder = PublishRecorder()
     relay = Relay(keyless_host.deployment, recorder)
     keyless_host.capture(run_event("conv-1", 0))
     recorder.fail = True
@@ -249,7 +238,7 @@ def test_a_stale_mark_is_republished_once_not_on_every_look_while_workers_are_do
     quiet_host: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(hint_marks, "STALE_S", 0.05)
-    recorder = Recorder()
+    recorder = PublishRecorder()
     relay = Relay(quiet_host.deployment, recorder)
     quiet_host.capture(run_event("conv-1", 0))
     relay.scan(full=False)

@@ -24,7 +24,7 @@ from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.proxy import TcpProxy
-from memhoncho.testing.relay import RelayProcess
+from memhoncho.testing.relay import PublishRecorder, RelayProcess
 from memhoncho.testing.runs import expected_texts, run_event
 
 KEY = "sk-relay-postgres-key"
@@ -33,18 +33,6 @@ OWNER = "ana@example.com"
 #: the host's broker backoff (5 s), a reconnect and a delivery; the sweep would be 15 minutes
 RECOVERY_S = 15.0
 POLL_S = 0.1  # seconds between looks at the stand-in
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.published: list[str] = []
-        self.fail = False
-
-    def __call__(self, conversation_id: str) -> bool:
-        if self.fail:
-            return False
-        self.published.append(conversation_id)
-        return True
 
 
 def _requests(url: str) -> list[str]:
@@ -67,7 +55,7 @@ def test_a_capture_that_publishes_nothing_leaves_the_database_a_request_the_rela
     on_postgres: str, config_dir: Path, data_dir: Path
 ) -> None:
     with Host(config_dir, data_dir, hints=False) as quiet:
-        recorder = Recorder()
+        recorder = PublishRecorder()
         relay = Relay(quiet.deployment, recorder)
         assert relay.scan().published == 0  # nothing captured yet
         first = quiet.capture(run_event("conv-1", 0))
@@ -97,7 +85,7 @@ def test_a_capture_with_the_broker_down_is_asked_of_the_relay_which_publishes_wh
         assert (failed.hint, backoff.hint) == (HintOutcome.BROKER_DOWN, HintOutcome.BROKER_DOWN)
         keys = sorted(ids.conversation_key(c) for c in ("conv-1", "conv-2"))
         assert _requests(on_postgres) == keys
-        recorder = Recorder()
+        recorder = PublishRecorder()
         recorder.fail = True
         relay = Relay(host.deployment, recorder)
         report = relay.scan()  # still down: one failure, both asked again
