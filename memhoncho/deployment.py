@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from memhoncho import dirs
 from memhoncho import settings as settings_module
 from memhoncho.errors import ConfigError, MissingApiKey, NotInitialised
 from memhoncho.settings import Settings
@@ -77,6 +78,19 @@ class Deployment:
             "deployment_id": found and found["deployment_id"],
             "store": store,
         }
+
+    def hint_identity(self) -> str | None:
+        """What a delivery hint carries and a worker compares (``worker/foreign.py``): the data
+        directory's identity on the file store (None before it has one). None on PostgreSQL:
+        the captures are in the database every worker reads, whatever folder each machine
+        has, and one database may be reached by several names (no name to compare)."""
+        if self.settings().store_url:
+            return None
+        try:
+            found = identity(self.data_dir)
+        except ConfigError:
+            return None
+        return str(found["deployment_id"]) if found else None
 
     def api_key(self) -> str | None:
         return settings_module.api_key(self.config_dir)
@@ -198,6 +212,39 @@ def require_initialised(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
     raise NotInitialised(
         f"{root} is not an initialised memhoncho data directory (no {IDENTITY_FILE}): check"
         " --data-dir or MEMHONCHO_DATA_DIR, or initialise it with memhoncho init"
-        " (capture: --init)",
+        " (capture: --init; Host: init=True)",
         data_dir=str(root),
     )
+
+
+def open_data_dir(data_dir: str | os.PathLike[str], init: bool | None = None) -> dict[str, Any]:
+    """The identity of the data directory a process is about to use: the one rule for ``Host``,
+    ``memhoncho mcp``, the integrations and every command.
+
+    ``init`` True initialises it (``memhoncho init``, ``--init``); False refuses a folder that
+    is not initialised; None (the default) creates only the default location on first use (the
+    zero-configuration start), and refuses a folder named by an argument, a flag or
+    ``MEMHONCHO_DATA_DIR``: a mistyped name would otherwise swallow captures no worker reads.
+    Refused: ``NotInitialised``, and nothing is created.
+    """
+    if init is None:
+        init = is_default_data_dir(data_dir)
+    if not init:
+        return require_initialised(data_dir)
+    found, written = initialise(data_dir)
+    if written:
+        log.info(
+            "data directory initialised",
+            extra={
+                "action": "data_dir_initialised",
+                "data_dir": str(Path(data_dir).absolute()),
+                "deployment_id": found["deployment_id"],
+            },
+        )
+    return found
+
+
+def is_default_data_dir(data_dir: str | os.PathLike[str]) -> bool:
+    """Whether ``data_dir`` is the default location (``dirs.default_data_dir``)."""
+    default = Path(dirs.default_data_dir())
+    return Path(data_dir).absolute() == default.absolute()

@@ -22,8 +22,13 @@ def data_dir(explicit: str | os.PathLike[str] | None = None) -> str:
     """Explicit, else ``MEMHONCHO_DATA_DIR``, else ``~/.local/share/memhoncho``."""
     if explicit is not None:
         return os.fspath(explicit)
-    env = os.environ.get(DATA_ENV)
-    return env or os.path.join(os.path.expanduser("~"), ".local", "share", "memhoncho")
+    return os.environ.get(DATA_ENV) or default_data_dir()
+
+
+def default_data_dir() -> str:
+    """``~/.local/share/memhoncho``: the one data directory created on first use (a folder
+    named by an argument, a flag or ``MEMHONCHO_DATA_DIR`` must be initialised already)."""
+    return os.path.join(os.path.expanduser("~"), ".local", "share", "memhoncho")
 
 
 def relay_socket(data: str | os.PathLike[str]) -> str:

@@ -12,7 +12,9 @@ default message.
     │   ├── RunConflict                 ERR_RUN_CONFLICT
     │   ├── InvalidToolCall             ERR_TOOL_ARGUMENTS
     │   ├── ForkRefused                 ERR_FORK_REFUSED
-    │   └── UnmappableMessage           ERR_FRAMEWORK_MESSAGE
+    │   ├── UnmappableMessage           ERR_FRAMEWORK_MESSAGE
+    │   ├── ImportUnreadable            ERR_IMPORT_UNREADABLE
+    │   └── ImportFormat                ERR_IMPORT_FORMAT
     ├── OutboxCapacity                  ERR_OUTBOX_CAPACITY
     ├── StoreError                      ERR_STORE
     │   ├── CorruptFile                 ERR_CORRUPT_FILE
@@ -24,6 +26,7 @@ default message.
     ├── LockBusy                        ERR_LOCK_BUSY
     │   ├── ForkWaiting                 ERR_FORK_WAITING
     │   └── InFlightSettling            ERR_IN_FLIGHT_SETTLING
+    ├── RecallBusy                      ERR_RECALL_BUSY
     └── HonchoFailure                   ERR_HONCHO
         ├── HonchoUnavailable           ERR_HONCHO_UNAVAILABLE
         │   └── HonchoUnreachable       ERR_HONCHO_UNREACHABLE
@@ -106,6 +109,18 @@ class UnmappableMessage(InvalidInput):
     code = "ERR_FRAMEWORK_MESSAGE"
 
 
+class ImportUnreadable(InvalidInput):
+    """The export cannot be read (missing, not a zip, not JSON); nothing was imported from it."""
+
+    code = "ERR_IMPORT_UNREADABLE"
+
+
+class ImportFormat(InvalidInput):
+    """The export's shape is none memhoncho knows (or not the one ``--format`` named)."""
+
+    code = "ERR_IMPORT_FORMAT"
+
+
 class OutboxCapacity(MemhonchoError):
     """The conversation has too many undelivered batches; nothing was written."""
 
@@ -175,6 +190,12 @@ class InFlightSettling(LockBusy):
     def __init__(self, message: str | None = None, *, wait_s: float = 0.0, **details: Any) -> None:
         super().__init__(message, wait_s=round(wait_s, 3), **details)
         self.wait_s = wait_s  #: seconds until the fence opens
+
+
+class RecallBusy(MemhonchoError):
+    """Too many memory questions are in flight; nothing was asked, ask again shortly."""
+
+    code = "ERR_RECALL_BUSY"
 
 
 class HonchoFailure(MemhonchoError):

@@ -7,16 +7,59 @@ refused before anything is written.
 
 from __future__ import annotations
 
+import math
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_serializer
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    model_serializer,
+)
 
 MAX_RUN_ID_LEN = 256  # characters
 OUTBOX_ID_KEY = "memhoncho_outbox_id"  # metadata key every Honcho message carries, for dedup
 USER = "user"  # the peer roles of a message in the outbox and in Honcho
 AGENT = "agent"
 MAX_INPUTS = 1000  # user inputs in one run
+MAX_SESSION_METADATA_KEYS = 20  # a run's session metadata (Honcho takes 100 keys)
+#: Unix seconds of 10000-01-01: a later "epoch" is a mistake (milliseconds sent as seconds)
+MAX_EPOCH_S = 253_402_300_800.0
+HAPPENED_AT_RULE = "a timezone-aware ISO 8601 time or Unix seconds (1970 to 9999)"
+
+
+def parse_happened_at(value: object) -> datetime:
+    """When a run happened, as an aware UTC datetime: from an aware ``datetime``, an ISO 8601
+    string with an offset (``Z`` too) or Unix seconds. A naive time is refused, not guessed:
+    the host's local zone would silently shift every imported year."""
+    if isinstance(value, datetime):
+        when = value
+    elif isinstance(value, str):
+        try:
+            when = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"happened_at must be {HAPPENED_AT_RULE}") from None
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value) or not 0 <= value < MAX_EPOCH_S:
+            raise ValueError(f"happened_at must be {HAPPENED_AT_RULE}")
+        return datetime.fromtimestamp(value, tz=UTC)
+    else:
+        raise ValueError(f"happened_at must be {HAPPENED_AT_RULE}")
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError(f"happened_at has no timezone; it must be {HAPPENED_AT_RULE}")
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:  # an offset pushes it past year 1 or 9999
+        raise ValueError(f"happened_at must be {HAPPENED_AT_RULE}") from None
+
+
+#: a run's own time; validated by ``parse_happened_at``
+HappenedAt = Annotated[datetime, BeforeValidator(parse_happened_at)]
 
 
 # Every model here builds its validator on first use (``defer_build``), not at import: a
@@ -76,6 +119,14 @@ class RunEvent(_Strict):
     inputs: list[UserInput] = Field(default_factory=list, max_length=MAX_INPUTS)
     outcome: Annotated[Answered | Unanswered, Field(discriminator="status")]
     selection: list[StrictStr] | SelectionChange | None = None
+    #: when the run happened (an import's original time); sent to Honcho as each message's
+    #: ``created_at``. None: the capture time, as before
+    happened_at: HappenedAt | None = None
+    #: what the conversation's Honcho session is created with (Claude Code: the project);
+    #: the first delivered run's counts, later runs' are kept in their records only
+    session_metadata: dict[StrictStr, StrictStr] | None = Field(
+        default=None, max_length=MAX_SESSION_METADATA_KEYS
+    )
 
 
 class CaptureStatus(StrEnum):
@@ -260,6 +311,9 @@ class Record(TypedDict, total=False):
     user_peer_id: str
     run_id: str
     captured_at: float  #: Unix seconds; starts the retention clock
+    #: when the run happened (UTC ISO 8601), when the host said; Honcho's ``created_at``
+    happened_at: str
+    session_metadata: dict[str, str]  #: the run's session metadata, when it had some
     messages: list[OutboxMessage]
     replayed_at: float  #: set by a replay from the dead letters: restarts the clock
     dead_at: float  #: in a dead-letter file only

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["memhoncho.testing.pytest_plugin"]
+# scheduling: how many test processes, and which files they start with (tests/scheduling.py)
+pytest_plugins = ["memhoncho.testing.pytest_plugin", "scheduling"]
 
 
 @pytest.fixture(autouse=True)

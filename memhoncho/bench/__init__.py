@@ -8,11 +8,17 @@ from __future__ import annotations
 BENCHMARKS: dict[str, str] = {
     "broker": "memhoncho.bench.broker",
     "capture": "memhoncho.bench.capture",
+    "claude-code": "memhoncho.bench.claude_code",
     "cli": "memhoncho.bench.cli",
     "deliver": "memhoncho.bench.deliver",
     "integrations": "memhoncho.bench.integrations",
+    "import": "memhoncho.bench.imports",
+    "import-large": "memhoncho.bench.import_large",
     "mcp": "memhoncho.bench.mcp",
+    "mcp-busy": "memhoncho.bench.mcp_busy",
     "recall": "memhoncho.bench.recall",
     "status": "memhoncho.bench.status",
+    "stranded": "memhoncho.bench.stranded",
     "sweep": "memhoncho.bench.sweep",
+    "watchdog": "memhoncho.bench.watchdog",
 }

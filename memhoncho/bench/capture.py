@@ -5,7 +5,8 @@ run with an API key and a live broker (the bench's own Redis, ``bench.own_redis`
 one, else the embedded filesystem broker), and the floor: append + fsync of the same line to a
 file, then one kombu publish of the same bytes on the same broker, on the default exchange
 straight to its queue as Celery publishes a task (a named exchange costs a second round trip, a
-binding lookup, that the capture's publish does not make). Their ratio is the price of
+binding lookup, that the capture's publish does not make; that floor is measured beside it as
+``floor_named_exchange``). Their ratio is the price of
 everything memhoncho adds (validation, lock, ledger check, routing, the Celery message). Goal:
 <= 1.2. Each sample is a capture that publishes (its conversation's hint mark taken first, as a
 delivery does) and then one made while that hint waits (``capture_coalesced``: no publish at
@@ -40,6 +41,7 @@ WARMUP = 100  # captures before measuring (imports, connections, caches)
 BROKER_DOWN_SAMPLES = 200
 FLOOR_QUEUE = "memhoncho-bench-floor"
 CONVERSATION = "bench-conversation"
+INLINE_CONVERSATION = "bench-conversation-inline"  # the inline host's, in the same data dir
 USER_TEXT = "How should I plan the garden beds for next spring? " * 10  # ~500 characters
 ANSWER_TEXT = "Start with the soil: test it, then add compost where it is thin. " * 25
 BENCH_KEY = "bench-api-key"  # a stand-in key: nothing calls Honcho here
@@ -47,9 +49,9 @@ BENCH_KEY = "bench-api-key"  # a stand-in key: nothing calls Honcho here
 T = TypeVar("T")
 
 
-def _run(i: int) -> dict[str, Any]:
+def _run(i: int, conversation_id: str = CONVERSATION) -> dict[str, Any]:
     return {
-        "conversation_id": CONVERSATION,
+        "conversation_id": conversation_id,
         "owner": "ana@example.com",
         "run_id": f"run-{i}",
         "inputs": [{"entry_id": 2 * i, "text": USER_TEXT}],
@@ -93,12 +95,14 @@ class _Floor:
         queue(self.connection.default_channel).declare()
         self.producer = Producer(self.connection)
 
-    def __call__(self, line: bytes) -> None:
+    def __call__(self, line: bytes, exchange: str = "") -> None:
         os.write(self.fd, line)
         os.fsync(self.fd)
         self.producer.publish(
             line,
-            exchange="",  # the default exchange, straight to the queue, as Celery publishes
+            # the default exchange, straight to the queue, as Celery publishes; the named one
+            # is the floor before 2026-12-03 (``floor_named_exchange``)
+            exchange=exchange,
             routing_key=FLOOR_QUEUE,
             content_type="application/octet-stream",
             content_encoding="binary",
@@ -119,50 +123,77 @@ def _last_line(host: Host) -> bytes:
 
 def _measure(samples: int, root: Path, broker_url: str | None) -> dict[str, Any]:
     config = _config(root, broker_url)
-    host = Host(config_dir=config, data_dir=root / "data")
+    host = Host(config_dir=config, data_dir=root / "data", init=True)
+    # The same capture with its hint published on the capturing thread after the fsync, as
+    # the floor does, instead of on a hint thread beside it: both in every sample.
+    inline = Host(config_dir=config, data_dir=root / "data", inline_hints=True)
     url = broker_url or "filesystem://"
     options: dict[str, Any] = dict(host.celery().conf.broker_transport_options or {})
     floor = _Floor(root / "floor.jsonl", url, options)
     layout, key = host.deployment.layout, ids.conversation_key(CONVERSATION)
+    inline_key = ids.conversation_key(INLINE_CONVERSATION)
     capture_ms: list[float] = []
+    inline_ms: list[float] = []
     coalesced_ms: list[float] = []
     floor_ms: list[float] = []
-    enqueued = 0
+    named_ms: list[float] = []
+    enqueued = enqueued_inline = 0
     line = b""
     try:
         for i in range(WARMUP):
             hint_marks.taken(layout, key)
             host.capture(_run(i))
+            hint_marks.taken(layout, inline_key)
+            inline.capture(_run(i, INLINE_CONVERSATION))
             floor(_last_line(host))
         hints_before = host.hints_published
+        inline_before = inline.hints_published
         for i in range(WARMUP, WARMUP + samples):
             # As when a delivery took the last hint: this capture publishes (the floor's case).
             hint_marks.taken(layout, key)
             elapsed, result = _timed(partial(host.capture, _run(2 * i)))
             capture_ms.append(elapsed)
             enqueued += result.enqueued
+            hint_marks.taken(layout, inline_key)
+            elapsed, result = _timed(partial(inline.capture, _run(2 * i, INLINE_CONVERSATION)))
+            inline_ms.append(elapsed)
+            enqueued_inline += result.enqueued
             line = _last_line(host)  # the same bytes the capture wrote
             floor_ms.append(_timed(partial(floor, line))[0])
+            named_ms.append(_timed(partial(floor, line, FLOOR_QUEUE))[0])
             # As while that hint still waits: this capture publishes nothing.
             coalesced_ms.append(_timed(partial(host.capture, _run(2 * i + 1)))[0])
         hints = host.hints_published - hints_before
+        hints_inline = inline.hints_published - inline_before
     finally:
         floor.close()
+        inline.close()
         host.close()
-    capture, bare, coalesced = (
+    capture, capture_inline, bare, coalesced, named = (
         latency_figures(capture_ms),
+        latency_figures(inline_ms),
         latency_figures(floor_ms),
         latency_figures(coalesced_ms),
+        latency_figures(named_ms),
     )
     return {
         "capture": capture,
         "floor": bare,
         "ratio_p50": round(capture["p50_ms"] / bare["p50_ms"], 3),
         "ratio_p99": round(capture["p99_ms"] / bare["p99_ms"], 3),
+        # The hint published on the capturing thread after the fsync (``inline_hints``)
+        "capture_inline": capture_inline,
+        "inline_ratio_p50": round(capture_inline["p50_ms"] / bare["p50_ms"], 3),
         "capture_coalesced": coalesced,
         "coalesced_ratio_p50": round(coalesced["p50_ms"] / bare["p50_ms"], 3),
+        # The floor as it was measured until 2026-12-03: a named exchange, a binding lookup
+        # more per publish on Redis; the "0.3 ms regression" of issue 33 is this difference.
+        "floor_named_exchange": named,
+        "ratio_p50_named_exchange": round(capture["p50_ms"] / named["p50_ms"], 3),
         "enqueued": enqueued,
         "hints_published": hints,
+        "enqueued_inline": enqueued_inline,
+        "hints_published_inline": hints_inline,
         "captures": 2 * samples,
         "line_bytes": len(line),
     }
@@ -176,7 +207,7 @@ def _broker_down(samples: int, root: Path) -> dict[str, Any]:
     level = host_log.level
     host_log.setLevel(logging.ERROR)  # the enqueue_failed warning is expected here
     try:
-        with Host(config_dir=config, data_dir=root / "data") as host:
+        with Host(config_dir=config, data_dir=root / "data", init=True) as host:
             for i in range(samples):
                 elapsed, result = _timed(partial(host.capture, _run(i)))
                 latencies.append(elapsed)

@@ -4,8 +4,10 @@ Per framework (pydantic-ai, the OpenAI Agents SDK, LangGraph, each with its own 
 its own history: message list, SQLite session, checkpointer), in one run: the framework's turn
 alone, the same turn with memhoncho's integration, and the time the turn spent inside memhoncho
 (``Host.capture``: durable, fsynced, a delivery hint on the embedded broker; ``Host.sections``:
-a snapshot of a few hundred characters rendered). p50/p99 in milliseconds. A framework whose
-extra is not installed is reported as skipped.
+a snapshot of a few hundred characters rendered). Beside them, the streamed turn
+(``streamed_turns``) alone and with memhoncho, and how long the first chunk took to reach the
+reader in each (``first_chunk``: what a user waits for). p50/p99 in milliseconds. A framework
+whose extra is not installed is reported as skipped.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, cast
 
 from memhoncho import ids
 from memhoncho.bench.figures import latency_figures
+from memhoncho.bench.streamed_turns import STREAMED, FirstChunks
 from memhoncho.capture.host import Host
 from memhoncho.models import Snapshot
 from memhoncho.testing.config import write_api_key, write_settings
@@ -188,10 +191,14 @@ def _framework(name: str, make: Callable[[Host | None], Turn], root: Path, sampl
     write_settings(config_dir, base_url=UNREACHABLE, workspace_id=WORKSPACE)
     write_api_key(config_dir, "bench-key")
     alone = _turns(make(None), f"{name}-alone", samples)
-    with Host(config_dir, data_dir) as host:
+    first_alone, first_memory = FirstChunks(), FirstChunks()
+    streamed_alone = _turns(STREAMED[name](None, first_alone), f"{name}-s-alone", samples)
+    with Host(config_dir, data_dir, init=True) as host:
         _snapshots(host, f"{name}-memory", samples)
+        _snapshots(host, f"{name}-s-memory", samples)
         timed = TimedHost(host)
         with_memory = _turns(make(cast(Host, timed)), f"{name}-memory", samples)
+        streamed = _turns(STREAMED[name](host, first_memory), f"{name}-s-memory", samples)
     inside = [c + s for c, s in zip(timed.capture_ms[1:], timed.sections_ms[1:], strict=False)]
     return {
         "framework_turn": latency_figures(alone),
@@ -203,6 +210,13 @@ def _framework(name: str, make: Callable[[Host | None], Turn], root: Path, sampl
         "capture": latency_figures(timed.capture_ms[1:]),
         "sections": latency_figures(timed.sections_ms[1:]),
         "sections_calls_per_turn": round(len(timed.sections_ms) / (samples + 1), 2),
+        "streamed_turn": latency_figures(streamed_alone),
+        "streamed_turn_with_memhoncho": latency_figures(streamed),
+        "streamed_added_p50_ms": round(
+            statistics.median(streamed) - statistics.median(streamed_alone), 3
+        ),
+        "first_chunk": latency_figures(first_alone.ms[1:]),
+        "first_chunk_with_memhoncho": latency_figures(first_memory.ms[1:]),
     }
 
 

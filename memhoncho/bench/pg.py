@@ -22,7 +22,7 @@ from typing import Any
 from memhoncho import ids
 from memhoncho.bench.figures import latency_figures, percentile
 from memhoncho.bench.records import bench_record
-from memhoncho.deployment import Deployment
+from memhoncho.deployment import Deployment, initialise
 from memhoncho.models import Ledger
 from memhoncho.testing.config import write_settings
 
@@ -59,6 +59,7 @@ def scratch_database(server_url: str) -> Iterator[str]:
 def deployment_on(root: Path, url: str, **settings: Any) -> Deployment:
     config = root / "config"
     write_settings(config, store_url=url, **settings)
+    initialise(root / "data")  # as `memhoncho init`: a named folder is refused otherwise
     return Deployment(config, root / "data")
 
 

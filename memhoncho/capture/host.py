@@ -13,14 +13,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from memhoncho import deployment as deployment_module
 from memhoncho import ids
-from memhoncho.capture import redaction
-from memhoncho.capture.hints import DeliverPublisher, HintPool, settled
+from memhoncho.capture import hint_word, redaction
+from memhoncho.capture.hint_threads import Hint, HintPool, settled
+from memhoncho.capture.hints import DeliverPublisher
 from memhoncho.capture.record import build_record, is_selected, validate_run
 from memhoncho.deployment import Deployment
 from memhoncho.errors import MemhonchoError
@@ -53,29 +53,25 @@ class Host:
         data_dir: str | os.PathLike[str] | None = None,
         *,
         hints: bool = True,
-        initialise: bool = True,
+        init: bool | None = None,
+        initialise: bool | None = None,
+        inline_hints: bool = False,
     ) -> None:
         """``hints=False``: capture publishes nothing (a one-shot process that must not wait
         for a broker client to load); it leaves the outbox relay a request instead.
+        ``inline_hints=True``: the hint is published on the capturing thread once the line is
+        fsynced, not on a hint thread beside the fsync (``bench capture`` compares the two).
 
-        The settings are checked first (``ConfigError``). ``initialise``: give the data
-        directory its identity when it has none (logged); False refuses a folder without one
-        (``NotInitialised``), as ``memhoncho capture`` does for a mistyped ``--data-dir``."""
+        The settings are checked first (``ConfigError``), then the data directory
+        (``deployment.open_data_dir``): ``init=None`` creates only the default location on
+        first use and refuses a named folder that is not initialised (``NotInitialised``,
+        nothing created); True initialises it, False refuses it. ``initialise`` is the old
+        name of ``init``."""
         self.deployment = Deployment.from_dirs(config_dir, data_dir)
         self.deployment.settings()  # ConfigError now: nothing runs under unread settings
-        if initialise:
-            found, written = deployment_module.initialise(self.deployment.data_dir)
-            if written:
-                log.info(
-                    "data directory initialised",
-                    extra={
-                        "action": "data_dir_initialised",
-                        "data_dir": str(self.deployment.data_dir),
-                        "deployment_id": found["deployment_id"],
-                    },
-                )
-        else:
-            deployment_module.require_initialised(self.deployment.data_dir)
+        deployment_module.open_data_dir(
+            self.deployment.data_dir, init if initialise is None else initialise
+        )
         self._app: Celery | None = None
         self._deliver: DeliverPublisher | None = None
         self._app_lock = threading.Lock()
@@ -84,6 +80,7 @@ class Host:
         self._idle = threading.Condition()
         self._closed = False
         self._hints = HintPool()
+        self._inline_hints = inline_hints
         redaction.redactor()  # compile the default patterns now: the first capture pays none
         self._hinting = hints
         #: delivery hints this host published (a coalesced capture publishes none)
@@ -107,7 +104,7 @@ class Host:
         )
         if record is None:
             return CaptureResult(status=CaptureStatus.EMPTY)
-        hint: list[Future[bool] | bool] = []
+        hint: list[Hint] = []
         said: list[HintOutcome] = []  # what _hint_soon decided
         # The files of the data dir, or the database of ``store_url`` (StoreUnavailable: down).
         store = open_store(self.deployment.data_dir, current.store_url, current.store_timeout_s)
@@ -133,8 +130,7 @@ class Host:
         # No callback from a store that claimed nothing: the hint waiting covers the record.
         enqueued = settled(hint[0]) if hint else (publishing and not marks)
         outcome = said[0] if said else self._unsent(publishing, appended.relayed)
-        if outcome is HintOutcome.PUBLISHED and not enqueued:
-            outcome = HintOutcome.BROKER_DOWN  # failed, or no answer in time
+        outcome = hint_word.confirmed(outcome, enqueued)
         redactions = int(record.get("redactions", 0))
         if redactions:
             self._count_redactions(redactions)
@@ -174,7 +170,7 @@ class Host:
                 self._app.conf.task_send_sent_event = False
                 # Import the transport now (no connection is made), not on the first capture.
                 self._app.connection_for_write().transport  # noqa: B018
-                self._deliver = DeliverPublisher(self._app)
+                self._deliver = DeliverPublisher(self._app, self.deployment.hint_identity())
             return self._app, self._deliver
 
     def enqueue_delivery(self, conversation_id: str) -> bool:
@@ -191,7 +187,7 @@ class Host:
         key: str,
         marks: bool = True,
         said: list[HintOutcome] | None = None,
-    ) -> Future[bool] | bool:
+    ) -> Hint:
         """Start publishing a delivery hint on a hint thread. True when a hint already waiting
         will see the line just written (nothing to publish), False when none is to be sent;
         what was decided is appended to ``said``.
@@ -211,7 +207,7 @@ class Host:
                 return False
             self._begin_publish()  # counted now, so close() waits for it
             tell(HintOutcome.PUBLISHED)
-            return self._hints.submit(lambda: self._send_hint(conversation_id, release))
+            return self._start(partial(self._send_hint, conversation_id, release))
         if not self._hinting:  # the outbox relay publishes, unless a hint already waits
             if hint_marks.claim(self.deployment.layout, key):
                 hint_marks.request_relay(self.deployment.layout, key, conversation_id)
@@ -227,21 +223,20 @@ class Host:
             return True
         self._begin_publish()  # counted now, so close() waits for it
         tell(HintOutcome.PUBLISHED)
-        layout = self.deployment.layout
-        return self._hints.submit(
-            lambda: self._send_hint(conversation_id, lambda: hint_marks.release(layout, key))
-        )
+        release = partial(hint_marks.release, self.deployment.layout, key)
+        return self._start(partial(self._send_hint, conversation_id, release))
+
+    def _start(self, send: Callable[[], bool]) -> Hint:
+        """The publish on a hint thread, now (it overlaps the fsync), or ``send`` itself, for
+        the capture to call once the line is fsynced (``inline_hints``)."""
+        return send if self._inline_hints else self._hints.submit(send)
 
     def _unsent(self, publishing: bool, relayed: bool = False) -> HintOutcome:
-        """What became of the hint of a PostgreSQL capture that published none: a hint waits,
-        it was left to the relay, or (left to the relay too) no key or the broker down."""
-        if publishing:
-            return HintOutcome.WAITING
-        if not self._hinting:
-            return HintOutcome.RELAY if relayed else HintOutcome.WAITING
-        if self._closed or self.deployment.api_key() is None:
-            return HintOutcome.NO_KEY
-        return HintOutcome.BROKER_DOWN
+        """What became of the hint of a PostgreSQL capture that published none."""
+        keyed = not self._closed and self.deployment.api_key() is not None
+        return hint_word.unsent(
+            publishing=publishing, hinting=self._hinting, relayed=relayed, keyed=keyed
+        )
 
     def _may_publish(self) -> bool:
         """Whether a capture now would publish a hint (a key, a broker not known down)."""
@@ -389,6 +384,8 @@ class Host:
             if self._app is not None:
                 from memhoncho.celery_app import close_app
 
+                if self._deliver is not None:
+                    self._deliver.close()
                 close_app(self._app)
                 self._app = None
                 self._deliver = None

@@ -6,7 +6,8 @@ was answered. Unanswered runs tag their user entries ``unanswered: true``. Texts
 Empty and whitespace-only texts (and parts) are skipped: Honcho refuses them. Secrets are
 redacted from every text first (``redaction.py``), before splitting, so none is ever written.
 The record's ``digest`` hashes its content (owner, entries, redacted texts, answered or not;
-not how texts were split), so the same run id captured with other content is recognised.
+not how texts were split, nor ``happened_at``), so the same run id captured with other content
+is recognised. ``happened_at`` (the run's own time, UTC ISO 8601) is kept when the host gave it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from memhoncho.capture.redaction import Redactor
 from memhoncho.errors import InvalidEvent
 from memhoncho.models import (
     AGENT,
+    HAPPENED_AT_RULE,
     USER,
     Answered,
     OutboxMessage,
@@ -151,6 +153,10 @@ def build_record(
         "digest": digest,
         "messages": messages,
     }
+    if event.happened_at is not None:  # not in the digest: a time is not the run's content
+        record["happened_at"] = event.happened_at.isoformat()
+    if event.session_metadata:  # nor this: it describes the session, not the run
+        record["session_metadata"] = dict(event.session_metadata)
     if redactions:
         record["redactions"] = redactions
     return record
@@ -176,8 +182,9 @@ def validate_run(event: Mapping[str, Any] | RunEvent) -> RunEvent:
             run = RunEvent.model_validate(dict(event))
         except ValidationError as exc:
             fields = sorted({_field_path(err["loc"]) for err in exc.errors()})
+            rule = f" (happened_at: {HAPPENED_AT_RULE})" if "happened_at" in fields else ""
             raise InvalidEvent(
-                f"the run is malformed at: {', '.join(fields[:10])}", fields=fields[:10]
+                f"the run is malformed at: {', '.join(fields[:10])}{rule}", fields=fields[:10]
             ) from None
     else:
         raise InvalidEvent("the run must be a mapping")

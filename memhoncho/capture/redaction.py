@@ -5,8 +5,9 @@ default set of common key shapes (and of the ``redact_patterns`` setting) with `
 in the run's texts before the batch is built, so a secret is never on disk and never reaches
 Honcho. A pattern with a group named ``secret`` replaces only that group (``Bearer <token>``
 keeps the word ``Bearer``). Only the number of replacements is ever reported, never what they
-replaced. Cost: about 15 ns a character on the 2-core build machine (35 us for a 2 KB run), the
-substring searches of the triggers; a pattern's regular expression runs only when triggered.
+replaced. Cost: a character search per pattern (its gate, ``_gate``), then the substring searches
+of its triggers only where the gate is found; a pattern's regular expression runs only when
+triggered.
 """
 
 from __future__ import annotations
@@ -61,11 +62,26 @@ DEFAULT_PATTERNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 )
 
 
+#: a gate is the character of a pattern's triggers most likely to be absent from prose: first
+#: punctuation (not a space), then letters and digits, the rarest in English prose first
+_GATE_RANK = "-_/.:=+~JQXZzqxjKVBYWGPFMUCDLHRSNOTE0123456789kvbpygfwmucldrhsnioateIA"
+
+
+def _gate(triggers: tuple[str, ...]) -> str:
+    """A character every trigger holds (so a text without it holds none of them), or "".
+
+    Looking for one character is a ``memchr``; looking for a short trigger is about 1 ns a
+    character of the text. A run without a secret mostly pays the gates."""
+    shared = set.intersection(*(set(t) for t in triggers)) if triggers else set()
+    return next((c for c in _GATE_RANK if c in shared), "")
+
+
 @dataclass(frozen=True)
 class _Pattern:
     regex: re.Pattern[str]
     triggers: tuple[str, ...]  # empty: always run (an operator's pattern)
     lowercase: bool  # the triggers are searched in the lowercased text
+    gate: str = ""  # in every trigger (``_gate``): searched first
 
     def replace(self, match: re.Match[str]) -> str:
         if "secret" not in self.regex.groupindex or match.group("secret") is None:
@@ -94,6 +110,8 @@ class Redactor:
                     haystack = lowered
                 else:
                     haystack = text
+                if pattern.gate and pattern.gate not in haystack:
+                    continue
                 if not any(trigger in haystack for trigger in pattern.triggers):
                     continue
             text, found = pattern.regex.subn(pattern.replace, text)
@@ -107,7 +125,7 @@ class Redactor:
 def _defaults() -> list[_Pattern]:
     """The default patterns, compiled once per process (shared by every redactor)."""
     return [
-        _Pattern(compiled, triggers, bool(compiled.flags & re.IGNORECASE))
+        _Pattern(compiled, triggers, bool(compiled.flags & re.IGNORECASE), _gate(triggers))
         for _, triggers, regex in DEFAULT_PATTERNS
         if (compiled := re.compile(regex))
     ]

@@ -202,11 +202,16 @@ def run(
     poll_s: float = POLL_S,
     exit_with_parent: bool = False,
     should_stop: Callable[[], bool] = lambda: False,
+    scanner: Relay | None = None,
 ) -> None:
     """Scan every ``poll_s`` until ``should_stop`` (or, with ``exit_with_parent``, until the
-    process that started this one is gone: ``memhoncho run`` starts the relay that way)."""
+    process that started this one is gone: ``memhoncho run`` starts the relay that way).
+
+    ``scanner``: the relay, built before: building it reads the settings, which must happen
+    before the relay's socket answers anyone (``memhoncho relay``), or settings broken in
+    between would end a relay that is already serving."""
     parent = os.getppid()
-    relay = Relay(deployment, publish)
+    relay = scanner or Relay(deployment, publish)
     heartbeat = deployment.layout.relay_heartbeat(socket.gethostname())
     last_beat = 0.0
     log.info("outbox relay started", extra={"action": "relay_started", "poll_s": poll_s})

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 #: commands that read no deployment's settings (their own folders, or none)
 _UNCONFIGURED = ("demo", "stand-in", "bench")
+#: commands that diagnose broken settings instead of refusing them
+_DIAGNOSING = ("doctor",)
 
 
 def _setup_logging(args: argparse.Namespace) -> None:
@@ -43,8 +45,14 @@ def _setup_logging(args: argparse.Namespace) -> None:
     logs.setup_cli(style or logs.TEXT)
     if args.command not in _UNCONFIGURED:
         from memhoncho import settings as settings_module
+        from memhoncho.errors import ConfigError
 
-        configured = settings_module.load(getattr(args, "config_dir", None)).log_format
+        try:
+            configured = settings_module.load(getattr(args, "config_dir", None)).log_format
+        except ConfigError:
+            if args.command not in _DIAGNOSING:
+                raise
+            return  # doctor reports the broken settings as its failed check
         if style is None and configured != logs.TEXT:
             logs.setup_cli(configured)
 
@@ -61,8 +69,14 @@ def _fail(args: argparse.Namespace, code: int, answer: dict[str, object]) -> int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:2] == ["claude-code", "hook"]:  # Claude Code's hooks: light, and always 0
+        from memhoncho.integrations.claude_code import hook
+
+        if hook.wanted(arguments):
+            return hook.main(arguments)
     # A plain capture or status goes to the relay's socket before anything heavy is imported.
-    fast = relay_socket.fast_path(list(sys.argv[1:] if argv is None else argv))
+    fast = relay_socket.fast_path(arguments)
     if fast is not None:
         return fast
     from memhoncho.cli import exits, parser

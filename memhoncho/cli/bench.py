@@ -24,7 +24,9 @@ def register(sub: Any) -> None:
         help="override the sample count (default: each bench's own)",
     )
     bench.add_argument(
-        "--store", help="capture, sweep, status: also on PostgreSQL (a scratch database there)"
+        "--store",
+        help="capture, sweep, status: also on PostgreSQL (a scratch database there);"
+        " watchdog: this server instead of 127.0.0.1:5432",
     )
     bench.add_argument(
         "--broker", help="deliver: also on this broker (amqp://...), beside Redis, in one run"

@@ -35,8 +35,8 @@ def register(sub: Any) -> None:
     capture.add_argument(
         "--init",
         action="store_true",
-        help="initialise the data directory if it is not (default: refuse a folder that is not"
-        " an initialised memhoncho data directory, exit 2)",
+        help="initialise the data directory if it is not (default: only the default location is"
+        " created; a named folder that is not initialised is refused, exit 2)",
     )
     capture.set_defaults(handler=command)
 
@@ -55,7 +55,7 @@ def command(args: argparse.Namespace) -> int:
                 raw = source.read()
         elif raw is None:
             raw = sys.stdin.buffer.read()
-        with Host(args.config_dir, args.data_dir, hints=args.hint, initialise=args.init) as host:
+        with Host(args.config_dir, args.data_dir, hints=args.hint, init=args.init or None) as host:
             code, out, err = capture_answer(host.capture, raw)
     except OSError as exc:  # the run's file, or the data directory
         code, answer = os_error(exc, "capture")

@@ -27,6 +27,20 @@ PROBE_FILTER = {"memhoncho_doctor_probe": "1"}  # matches no real session; lists
 PASS = "pass"
 FAIL = "fail"
 WARN = "warn"
+SKIP = "skip"  #: not run: what it needs is broken (its detail says what)
+
+#: the checks after ``settings`` and ``data_dir``, each of which reads the settings
+NEEDS_SETTINGS = (
+    "api_key",
+    "store",
+    "relay",
+    "broker",
+    "workers",
+    "beat",
+    "stranded",
+    "foreign_hints",
+    "honcho",
+)
 
 
 @dataclass(frozen=True)
@@ -44,7 +58,12 @@ def check_settings(deployment: Deployment) -> Check:
     try:
         deployment.settings()
     except ConfigError as exc:
-        return Check("settings", FAIL, exc.message, "fix it: nothing runs under these settings")
+        return Check(
+            "settings",
+            FAIL,
+            exc.message,  # names the file (or variable), the key and the reason
+            "fix it: nothing captures or delivers under these settings",
+        )
     return Check("settings", PASS, "every setting is valid")
 
 
@@ -67,10 +86,13 @@ def check_data_dir(deployment: Deployment) -> Check:
         return Check(
             "data_dir", FAIL, exc.message, "give the deployment's --data-dir, or memhoncho init"
         )
+    # The probe goes where the deployment writes its state, and leaves nothing behind: a
+    # diagnosis of a fresh folder must not change what is in it.
     probe_dir = deployment.layout.root / "state"
+    if not probe_dir.is_dir():
+        probe_dir = deployment.layout.root
     probe = probe_dir / f".doctor-{os.getpid()}.probe"
     try:
-        probe_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.write(fd, b"memhoncho doctor\n")
@@ -280,8 +302,8 @@ def run_checks(deployment: Deployment) -> list[Check]:
         lambda: check_relay(deployment),
     ]
     checks.append(check_settings(deployment))
-    if checks[0].verdict == FAIL:  # every other check reads the settings
-        return checks
+    if checks[0].verdict == FAIL:  # diagnosed, not refused: what can run without them does
+        return [*checks, check_data_dir(deployment), *skipped(NEEDS_SETTINGS, checks[0])]
     for step in steps:
         checks.append(step())
         if checks[-1].name == "data_dir" and checks[-1].verdict == FAIL:
@@ -303,8 +325,32 @@ def run_checks(deployment: Deployment) -> list[Check]:
         finally:
             app.close()
     checks.append(check_beat(deployment))
+    checks.append(check_stranded(deployment))
+    checks.append(check_foreign_hints(deployment))
     checks.append(check_honcho(deployment))
     return checks
+
+
+def check_stranded(deployment: Deployment) -> Check:
+    """Conversations with pending records and nothing queued or running (``doctor_stranded``)."""
+    from memhoncho.cli.doctor_stranded import finding
+
+    verdict, detail, action = finding(deployment)
+    return Check("stranded", verdict, detail, action)
+
+
+def check_foreign_hints(deployment: Deployment) -> Check:
+    """Hints a worker got from another deployment (``doctor_foreign``)."""
+    from memhoncho.cli.doctor_foreign import finding
+
+    verdict, detail, action = finding(deployment)
+    return Check("foreign_hints", verdict, detail, action)
+
+
+def skipped(names: tuple[str, ...], cause: Check) -> list[Check]:
+    """The checks that cannot run because ``cause`` failed, each saying why."""
+    reason = f"not checked: it needs the {cause.name}, which failed (see {cause.name})"
+    return [Check(name, SKIP, reason) for name in names]
 
 
 def render(checks: list[Check]) -> str:

@@ -16,11 +16,13 @@ GROUPS = (
     "memhoncho.cli.local",  # demo, stand-in
     "memhoncho.cli.relay",  # run, relay
     "memhoncho.cli.capture",
+    "memhoncho.cli.imports",  # import
     "memhoncho.cli.upkeep",  # sweep, replay, audit
     "memhoncho.cli.status",  # status, serve-status
     "memhoncho.cli.checks",  # doctor, healthcheck
     "memhoncho.cli.store",  # db upgrade, store migrate
     "memhoncho.integrations.mcp.command",  # mcp (the MCP SDK loads only when it runs)
+    "memhoncho.integrations.claude_code.command",  # claude-code install|uninstall|status|hook
 )
 
 DESCRIPTION = "memhoncho: durable, ordered, exactly-once delivery of agent runs into Honcho."

@@ -1,4 +1,4 @@
-"""Progress of long CLI work (sweep, replay, bench) drawn with rich on stderr.
+"""Progress of long CLI work (sweep, replay, import, bench) drawn with rich on stderr.
 
 stdout keeps only the result (``--json`` stays parseable); on a terminal the bar is drawn live
 and cleared when done, elsewhere (a pipe, a log) nothing is drawn. rich is imported here, and
@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 Advance = Callable[[int, int], None]  # (done, total)
+Measure = Callable[[int, "int | None", str], None]  # (bytes done, bytes in all or None, line)
 
 
 @contextmanager
@@ -35,6 +36,38 @@ def bar(description: str) -> Iterator[Advance]:
             drawn.update(task, completed=done, total=total)
 
         yield advance
+
+
+@contextmanager
+def byte_bar(description: str) -> Iterator[Measure]:
+    """A bar over the bytes of an input read so far: percentage, ETA, and a line of the
+    caller's own (counts, rate). It stays on screen when done, as the last counts."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    console = Console(stderr=True)
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[line]}"),
+        console=console,
+        disable=not console.is_terminal,
+    ) as drawn:
+        task = drawn.add_task(description, total=None, line="")
+
+        def measure(done: int, total: int | None, line: str) -> None:
+            drawn.update(task, completed=done, total=total, line=line)
+
+        yield measure
 
 
 @contextmanager

@@ -23,8 +23,8 @@ def register(sub: Any) -> None:
     relay.add_argument(
         "--init",
         action="store_true",
-        help="initialise the data directory if it is not (default: refuse a folder that is"
-        " not an initialised memhoncho data directory, exit 2)",
+        help="initialise the data directory if it is not (default: only the default location is"
+        " created; a named folder that is not initialised is refused, exit 2)",
     )
     relay.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
     relay.set_defaults(handler=relay_command)
@@ -85,12 +85,13 @@ def relay_command(args: argparse.Namespace) -> int:
     from memhoncho.cli.capture import capture_answer
     from memhoncho.cli.status import status_answer
     from memhoncho.deployment import Deployment
+    from memhoncho.integrations.claude_code import handler as claude_code
     from memhoncho.status.warm import WarmStatus
 
-    with Host(args.config_dir, args.data_dir, initialise=args.init) as host:
+    with Host(args.config_dir, args.data_dir, init=args.init or None) as host:
         # Captures through the socket publish nothing, as the command's own: they leave this
         # relay a request, so one conversation's hints coalesce however they were captured.
-        capturing = Host(args.config_dir, args.data_dir, hints=False, initialise=False)
+        capturing = Host(args.config_dir, args.data_dir, hints=False, init=False)
         warm = WarmStatus(Deployment.from_dirs(args.config_dir, args.data_dir))
         server = relay_socket.RelaySocketServer(
             str(host.deployment.config_dir),
@@ -98,14 +99,23 @@ def relay_command(args: argparse.Namespace) -> int:
             {
                 relay_socket.CAPTURE: lambda _, body: capture_answer(capturing.capture, body),
                 relay_socket.STATUS: lambda header, _: status_answer(warm, header),
+                claude_code.OP: lambda header, body: claude_code.relay_answer(
+                    capturing, header, body
+                ),
             },
         )
         # SIGTERM (compose, systemd) unwinds, so the socket file is removed on the way out.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        # Built now, not in run: it reads the settings once, before the socket answers, so
+        # settings broken while it serves are answered as refusals, never end the relay.
+        scanner = relay.Relay(host.deployment, host.enqueue_delivery)
         server.start()
         try:
             relay.run(
-                host.deployment, host.enqueue_delivery, exit_with_parent=args.exit_with_parent
+                host.deployment,
+                host.enqueue_delivery,
+                exit_with_parent=args.exit_with_parent,
+                scanner=scanner,
             )
         finally:
             server.stop()

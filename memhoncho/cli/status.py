@@ -39,11 +39,11 @@ def register(sub: Any) -> None:
 def command(args: argparse.Namespace) -> int:
     """The status view read in this process: ``main`` first asks a running relay, which
     answers from its warm view (``status/warm.py``) when it is at most ``--max-age`` old."""
-    from memhoncho.deployment import Deployment, require_initialised
+    from memhoncho.deployment import Deployment, open_data_dir
     from memhoncho.status import view as status
 
     deployment = Deployment.from_dirs(args.config_dir, args.data_dir)
-    require_initialised(deployment.data_dir)  # a mistyped folder is not an empty deployment
+    open_data_dir(deployment.data_dir, init=False)  # a mistyped folder is not an empty one
     view = status.status_view(deployment)
     if args.json:
         print_json(view)
@@ -76,8 +76,10 @@ def status_answer(warm: WarmStatus, header: dict[str, Any]) -> relay_socket.Answ
 
 
 def serve(args: argparse.Namespace) -> int:
-    from memhoncho.deployment import Deployment
+    from memhoncho.deployment import Deployment, open_data_dir
     from memhoncho.status import http as status_http
 
-    status_http.serve(Deployment.from_dirs(args.config_dir, args.data_dir), args.host, args.port)
+    deployment = Deployment.from_dirs(args.config_dir, args.data_dir)
+    open_data_dir(deployment.data_dir, init=False)  # a mistyped folder is not an empty one
+    status_http.serve(deployment, args.host, args.port)
     return 0

@@ -35,7 +35,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     from memhoncho.cli import progress
     from memhoncho.upkeep.sweep import sweep
 
-    host = Host(args.config_dir, args.data_dir, initialise=False)
+    host = Host(args.config_dir, args.data_dir, init=False)
     with host, progress.bar("sweep") as advance:
         report = sweep(host.deployment, host.enqueue_delivery, progress=advance)
     summary = (
@@ -59,7 +59,7 @@ def replay_command(args: argparse.Namespace) -> int:
     from memhoncho.cli import progress
     from memhoncho.upkeep.replay import replay
 
-    host = Host(args.config_dir, args.data_dir, initialise=False)
+    host = Host(args.config_dir, args.data_dir, init=False)
     with host, progress.bar("replay") as advance:
         report = replay(
             host.deployment, args.conversation, enqueue=host.enqueue_delivery, progress=advance

@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from memhoncho import ids
 from memhoncho.delivery import fence, forks
-from memhoncho.delivery.fold import Pending, fold, pending_messages
+from memhoncho.delivery.fold import Pending, created_at, fold, pending_messages
+from memhoncho.delivery.report import DeliveryReport, DeliveryState, joined
 from memhoncho.deployment import Deployment
-from memhoncho.errors import HonchoFailure, MemhonchoError
+from memhoncho.errors import HonchoFailure, LockBusy, MemhonchoError
 from memhoncho.honcho import adapter
 from memhoncho.models import AGENT, OUTBOX_ID_KEY, Ledger
 from memhoncho.settings import Settings
@@ -46,27 +44,6 @@ MAX_MESSAGES_PER_CALL = adapter.MAX_MESSAGES_PER_CALL  # Honcho's limit per add_
 MAX_CALLS_PER_RUN = 50
 
 
-class DeliveryState(StrEnum):
-    """How one delivery ended (failures raise instead)."""
-
-    IDLE = "idle"  #: nothing was pending
-    DELIVERED = "delivered"  #: everything pending at the start is in Honcho now
-    MORE = "more"  #: the call budget ran out with messages still pending: deliver again
-
-
-@dataclass
-class DeliveryReport:
-    """What one ``deliver_conversation`` did."""
-
-    conversation_id: str
-    state: DeliveryState = DeliveryState.IDLE
-    delivered_messages: int = 0  #: sent and acknowledged in this run
-    recovered_messages: int = 0  #: found already in Honcho after an unclear send
-    calls: int = 0  #: Honcho requests made (session setup, finds and sends)
-    session_id: str | None = None
-    first_delivery: bool = False  #: this run delivered the conversation's first messages
-
-
 def deliver_conversation(
     deployment: Deployment, conversation_id: str, *, max_calls: int = MAX_CALLS_PER_RUN
 ) -> DeliveryReport:
@@ -77,12 +54,38 @@ def deliver_conversation(
     InFlightSettling (with ``wait_s``) while an earlier send may still land.
     """
     key = ids.conversation_key(conversation_id)
+    report, delivered_seq = _locked_run(deployment, conversation_id, key, max_calls)
+    # A record captured after the run's last look published its hint while the lock was held:
+    # that hint met the lock and waits for a retry (about half a second). Look once more now
+    # that the lock is free and deliver it at once; a worker that took the lock meanwhile has it.
+    while (
+        report.state == DeliveryState.DELIVERED
+        and report.calls < max_calls
+        and deployment.store().newest_seq(key) > delivered_seq
+    ):
+        try:
+            more, delivered_seq = _locked_run(
+                deployment, conversation_id, key, max_calls - report.calls
+            )
+        except LockBusy:
+            break
+        report = joined(report, more)
+        if not (more.delivered_messages or more.recovered_messages):
+            break  # nothing it could send: the next hint or the sweep looks again
+    return report
+
+
+def _locked_run(
+    deployment: Deployment, conversation_id: str, key: str, max_calls: int
+) -> tuple[DeliveryReport, int]:
+    """One run under the conversation's lock: its report and the ledger's delivered seq."""
     with deployment.store().conversation_lock(key, timeout_s=0):
         # Before the outbox is read: a capture from now on hints again (store/hint_marks.py).
         hint_marks.taken_in(deployment.store(), deployment.layout, key)
-        report = _Delivery(deployment, conversation_id, key).run(max_calls)
+        run = _Delivery(deployment, conversation_id, key)
+        report = run.run(max_calls)
         parked.unpark(deployment.layout, key)  # it ended well (a failure raised)
-        return report
+        return report, run.ledger.delivered_seq
 
 
 def failures_in_a_row(deployment: Deployment, conversation_id: str) -> int:
@@ -109,6 +112,8 @@ class _Delivery:
         self.records: list[Record] = []
         #: peers this run knows the session is configured for (the agent always is)
         self.ensured_peers: set[str] = {self.settings.agent_peer_id}
+        #: the ledger holds what the file does not yet (a session id written with the first mark)
+        self.unsaved = False
 
     def run(self, max_calls: int) -> DeliveryReport:
         self.ledger = self.store.read_ledger(self.key) or self.ledger
@@ -171,11 +176,19 @@ class _Delivery:
         )
         user_peer = head.get("user_peer_id") or ids.peer_id(owner)
         # Before the first message: Honcho ignores a config given after it (HONCHO.md).
-        adapter.ensure_session(client, sid, user_peer, self.settings.agent_peer_id)
-        self.report.calls += 3  # get-or-create, then each member's config
+        # A new session's metadata from its first run; a fork's clone keeps its parent's.
+        cloned = self.ledger.session_id is not None
+        metadata = None if cloned else head.get("session_metadata") or None
+        self.report.calls += adapter.ensure_session(
+            client, sid, user_peer, self.settings.agent_peer_id, metadata
+        )
         self.ensured_peers.add(user_peer)
         self.ledger = self.ledger.model_copy(update={"session_id": sid, "owner": owner})
-        self.store.write_ledger(self.key, self.ledger)
+        # A derived id lost in a crash is derived again (the get-or-create finds the session):
+        # it is written with the first in-flight mark, one write less. A clone's is random.
+        self.unsaved = True
+        if cloned:
+            self._save()
         self.report.session_id = sid
         log.info(
             "honcho session established",
@@ -188,10 +201,9 @@ class _Delivery:
         if user_peer in self.ensured_peers:
             return False
         assert self.ledger.session_id is not None
-        adapter.ensure_session(
+        self.report.calls += adapter.ensure_session(
             client, self.ledger.session_id, user_peer, self.settings.agent_peer_id
         )
-        self.report.calls += 3
         self.ensured_peers.add(user_peer)
         return True
 
@@ -207,7 +219,7 @@ class _Delivery:
         if since is None:
             since = time.time()
             self.ledger = self.ledger.model_copy(update={"in_flight_since": since})
-            self.store.write_ledger(self.key, self.ledger)
+            self._save()
         fence.check(since, self.settings, "an earlier send of this conversation")
 
     def _reconcile(self, client: Honcho) -> None:
@@ -221,7 +233,7 @@ class _Delivery:
         self.ledger = self._folded(dict(found)).model_copy(
             update={"in_flight": [], "in_flight_since": None}
         )
-        self.store.write_ledger(self.key, self.ledger)
+        self._save()
         self.report.recovered_messages += self.ledger.messages_delivered - before
         log.info(
             "in-flight send reconciled",
@@ -281,7 +293,7 @@ class _Delivery:
                     "in_flight_since": time.time() if following else None,
                 }
             )
-            self.store.write_ledger(self.key, self.ledger)
+            self._save()
             self.report.delivered_messages += len(chunk)
         self.report.state = DeliveryState.MORE if rest else DeliveryState.DELIVERED
         log.info(
@@ -307,7 +319,7 @@ class _Delivery:
                 **update,
             }
         )
-        self.store.write_ledger(self.key, self.ledger)
+        self._save()
 
     def _folded(self, delivered: dict[str, str | None]) -> Ledger:
         folded = fold(
@@ -332,17 +344,11 @@ class _Delivery:
             **(item.message.get("meta") or {}),
             OUTBOX_ID_KEY: item.outbox_id,
         }
-        captured_at = item.record.get("captured_at")
-        created = (
-            datetime.fromtimestamp(float(captured_at), tz=UTC)
-            if isinstance(captured_at, int | float)
-            else None
-        )
         return adapter.OutgoingMessage(
             peer_id=self._author(item),
             content=str(item.message["text"]),
             metadata=metadata,
-            created_at=created,
+            created_at=created_at(item.record),
         )
 
     # ---- bookkeeping ----------------------------------------------------------------
@@ -360,7 +366,7 @@ class _Delivery:
             parked.park(self.deployment.layout, self.key, exc.code, now)
         try:
             self.ledger = self.ledger.model_copy(update=update)
-            self.store.write_ledger(self.key, self.ledger)
+            self._save()
         except (OSError, MemhonchoError):
             log.exception(
                 "could not record a delivery failure",
@@ -372,9 +378,14 @@ class _Delivery:
         )
 
     def _write_if_error_cleared(self) -> None:
-        if self.ledger.last_error is not None:
+        """Nothing to send: clear a kept error; write what the ledger holds unsaved."""
+        if self.ledger.last_error is not None or self.unsaved:
             self.ledger = self.ledger.model_copy(update={"last_error": None})
-            self.store.write_ledger(self.key, self.ledger)
+            self._save()
+
+    def _save(self) -> None:
+        self.store.write_ledger(self.key, self.ledger)
+        self.unsaved = False
 
     def _mark_last_delivery(self) -> None:
         """The last-delivery marker for the status view: the newest delivery wins."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from memhoncho.models import Ledger, OutboxMessage, Record
@@ -24,6 +25,21 @@ class Pending:
     @property
     def outbox_id(self) -> str:
         return str(self.message["id"])
+
+
+def created_at(record: Record) -> datetime | None:
+    """Honcho's ``created_at`` for the record's messages: when the run happened, when the
+    host said (an import's original time), else when it was captured."""
+    happened = record.get("happened_at")
+    if isinstance(happened, str):
+        try:
+            return datetime.fromisoformat(happened)
+        except ValueError:
+            pass  # a hand-edited line: the capture time is still the run's best time
+    captured = record.get("captured_at")
+    if isinstance(captured, int | float):
+        return datetime.fromtimestamp(float(captured), tz=UTC)
+    return None
 
 
 def pending_messages(ledger: Ledger, records: Iterable[Record]) -> list[Pending]:

@@ -2,13 +2,17 @@
 
 Clients are built lazily per process (never at import time, never shared across a fork) with
 ``max_retries=0``: memhoncho owns retries (``retry.py``). Their HTTP goes through
-``DeadlineTransport``: the timeout bounds each request as a whole (``deadline.py``).
+``DeadlineTransport``: the timeout bounds each request as a whole (``deadline.py``), and
+``statuses`` shows the HTTP statuses the SDK's return values leave out.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +30,31 @@ class HonchoTarget:
     api_key: str = field(repr=False)
     workspace_id: str
     timeout_s: float = 30.0
+
+
+#: the statuses of the answers to the requests made inside ``statuses()`` (None outside one)
+_statuses: ContextVar[list[int] | None] = ContextVar("memhoncho_statuses", default=None)
+
+
+@contextmanager
+def statuses() -> Iterator[list[int]]:
+    """The HTTP statuses answered to this context's requests made inside, in order.
+
+    Only the clients built here report them; another client's requests leave the list
+    empty, so a caller must read an empty list as "not known".
+    """
+    seen: list[int] = []
+    token = _statuses.set(seen)
+    try:
+        yield seen
+    finally:
+        _statuses.reset(token)
+
+
+def _note_status(response: httpx.Response) -> None:
+    seen = _statuses.get()
+    if seen is not None:
+        seen.append(response.status_code)
 
 
 _clients_lock = threading.Lock()
@@ -57,7 +86,9 @@ def _client(kind: str, target: HonchoTarget, timeout_s: float) -> Honcho:
             return cached[1]
         # The SDK builds full URLs itself and gives every request this timeout.
         transport = DeadlineTransport(proxy=environment_proxy(target.base_url))
-        http = httpx.Client(transport=transport, timeout=timeout_s)
+        http = httpx.Client(
+            transport=transport, timeout=timeout_s, event_hooks={"response": [_note_status]}
+        )
         client = Honcho(
             api_key=target.api_key,
             base_url=target.base_url,

@@ -22,11 +22,13 @@ from honcho.message import Message
 from honcho.session import Session
 
 from memhoncho.errors import HonchoRejected, HonchoUnavailable
+from memhoncho.honcho.clients import statuses
 from memhoncho.honcho.retry import translated
 
 MAX_MESSAGES_PER_CALL = 100  # Honcho answers 422 past this (HONCHO.md, "Limits")
 PAGE_SIZE = 100  # the largest page Honcho serves
 FILTER_CHUNK = 100  # values per metadata ``in`` filter
+CREATED = 201  # a get-or-create's answer when it created (200: it found)
 
 #: Summaries and dreams on, so Honcho derives what memhoncho later reads.
 SESSION_CONFIGURATION = SessionConfiguration(
@@ -53,21 +55,28 @@ def ensure_session(
     user_peer_id: str,
     agent_peer_id: str,
     metadata: dict[str, Any] | None = None,
-) -> None:
-    """Get or create the session with memhoncho's config and members, before any message.
+) -> int:
+    """Get or create the session with memhoncho's config and members, before any message;
+    the requests it took (1 or 3).
 
-    Session peer config is sticky (HONCHO.md): creating with ``peers=`` is ignored for
-    members already present, so the config is set again explicitly every time.
+    Honcho answers 201 when the get-or-create created the session: its members were made
+    with the config given, one request in all. Any other answer (200: it was there) may
+    hide a member with another config, and session peer config is sticky (HONCHO.md):
+    ``peers=`` is ignored for members already present, so each is set again explicitly.
     """
-    with translated():
+    with translated(), statuses() as answered:
         session = client.session(
             session_id,
             metadata=metadata,
             configuration=SESSION_CONFIGURATION,
             peers=[(user_peer_id, USER_PEER_CONFIG), (agent_peer_id, AGENT_PEER_CONFIG)],
         )
+    if answered[-1:] == [CREATED]:  # the session's POST is the call's last request
+        return 1
+    with translated():
         session.set_peer_configuration(user_peer_id, USER_PEER_CONFIG)
         session.set_peer_configuration(agent_peer_id, AGENT_PEER_CONFIG)
+    return 3
 
 
 def add_messages(client: Honcho, session_id: str, messages: list[OutgoingMessage]) -> list[str]:

@@ -11,10 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
+import weakref
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from memhoncho.capture.hint_word import hint_word, stalled
 from memhoncho.errors import MemhonchoError, UnmappableMessage
 from memhoncho.models import CaptureResult, RunEvent
 
@@ -53,12 +57,19 @@ class Turn:
     identity: str
     inputs: tuple[Entry, ...]
     answer: Entry | None
+    #: when the run happened, where the framework says (Honcho's ``created_at``; not in the
+    #: run id, so a retried capture with another time is still a duplicate)
+    happened_at: datetime | None = None
 
     @property
     def run_id(self) -> str:
-        """Derived, never drawn: capturing this run again answers ``duplicate``. The outcome is
-        part of it, so a failed run and the retry that answered it are two runs, not a conflict."""
-        outcome = "answered" if self.answer is not None else "unanswered"
+        """Derived, never drawn: capturing this run again answers ``duplicate``. The outcome
+        and the answer are part of it: a failed run and the retry that answered it are two
+        runs, and so is a replay the model answered differently (a new turn of the
+        conversation, appended: never a conflict raised after the model answered)."""
+        outcome = "unanswered"
+        if self.answer is not None:
+            outcome = "answered:" + hashlib.sha256(self.answer.text.encode("utf-8")).hexdigest()
         key = "\x00".join((self.framework, self.conversation_id, self.identity, outcome))
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:RUN_DIGEST_CHARS]
         return f"{self.framework}-{digest}"
@@ -81,6 +92,7 @@ class Turn:
                 "run_id": self.run_id,
                 "inputs": [{"entry_id": e.entry_id, "text": e.text} for e in self.inputs],
                 "outcome": outcome,
+                "happened_at": self.happened_at,
             }
         )
 
@@ -102,7 +114,31 @@ def capture(host: Host, turn: Turn) -> CaptureResult:
         "framework run captured",
         extra={"action": "framework_run_captured", "framework": turn.framework},
     )
+    _tell_stalled(host, hint_word(result), turn.framework)
     return result
+
+
+#: per host, the stalled hint words already logged; a capture that moves ends the episode
+_told: weakref.WeakKeyDictionary[Host, set[str]] = weakref.WeakKeyDictionary()
+_told_lock = threading.Lock()
+
+
+def _tell_stalled(host: Host, word: str | None, framework: str) -> None:
+    """Log once per cause that a host's captured runs will not move (``no-key``,
+    ``broker-down``), not at every run; again if it comes back after a capture that moved."""
+    with _told_lock:
+        told = _told.setdefault(host, set())
+        if word is None or word in told:
+            return
+        if not stalled(word):
+            told.clear()
+            return
+        told.add(word)
+    log.warning(
+        "captured runs wait on disk: nothing reaches Honcho until %s",
+        "an API key is configured" if word == "no-key" else "the broker is back",
+        extra={"action": "capture_stalled", "hint": word, "framework": framework},
+    )
 
 
 def capture_failed(host: Host, turn: Callable[[], Turn]) -> None:

@@ -10,14 +10,19 @@ pydantic-ai's (``message_history=`` in, ``result.all_messages()`` out); memhonch
     result = await agent.run(prompt, message_history=history, capabilities=[memory])
 
 The conversation is pydantic-ai's own ``conversation_id`` (carried on the history) unless one
-is given; the run id derives from pydantic-ai's ``run_id``, so a run retried with the same
-``run_id`` and history is stored once.
+is given; the run id derives from pydantic-ai's ``run_id`` and the answer, so a run retried with
+the same ``run_id`` and history is stored once, and one that answered differently is a new turn.
+
+Entry ids: the message at index ``i`` of the history is entry ``2i + 1``; the input of a run
+that failed never enters the history, and is entry ``2i`` (``i`` where it would have landed),
+so it and the next run's input, which lands at the same index, have distinct entry ids.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from pydantic_ai import RunContext
@@ -91,15 +96,19 @@ class HonchoMemory(AbstractCapability[Any]):
     ) -> AgentRunResult[Any]:
         """Capture the run once it ended: answered, or not answered and the error re-raised."""
         start = len(ctx.messages)  # the new run's first message lands here
-        inputs = _inputs(ctx.prompt, start)  # UnmappableMessage before any model call
+        prompt = _inputs(ctx.prompt)  # UnmappableMessage before any model call
         try:
             result = await handler()
         except BaseException:  # an error or a cancellation: still one run, not answered
-            bridge.capture_failed(self.host, lambda: self._turn(ctx, inputs, None))
+            failed = _entries(prompt, _failed_entry(start))
+            bridge.capture_failed(self.host, lambda: self._turn(ctx, failed, None))
             raise
         messages = result.all_messages()
-        answer = bridge.Entry(_last_response(messages, start), bridge.answer_text(result.output))
-        bridge.capture(self.host, self._turn(ctx, inputs, answer))
+        last = _last_response(messages, start)
+        answer = bridge.Entry(_history_entry(last), bridge.answer_text(result.output))
+        inputs = _entries(prompt, _history_entry(start))
+        turn = replace(self._turn(ctx, inputs, answer), happened_at=_started(messages, start))
+        bridge.capture(self.host, turn)
         return result
 
     def _conversation(self, ctx: RunContext[Any]) -> str | None:
@@ -132,12 +141,26 @@ _MEDIA: tuple[tuple[type, str], ...] = (
 )
 
 
-def _inputs(prompt: str | Sequence[Any] | None, entry_id: int) -> tuple[bridge.Entry, ...]:
-    """The run's new user input: text parts kept, media noted, anything else refused."""
+def _history_entry(index: int) -> int:
+    """The entry id of the history's message at ``index`` (odd: see the module's note)."""
+    return 2 * index + 1
+
+
+def _failed_entry(index: int) -> int:
+    """The entry id of a failed run's input, which would have landed at ``index`` (even)."""
+    return 2 * index
+
+
+def _entries(text: str | None, entry_id: int) -> tuple[bridge.Entry, ...]:
+    return () if text is None else (bridge.Entry(entry_id, text),)
+
+
+def _inputs(prompt: str | Sequence[Any] | None) -> str | None:
+    """The run's new user input as text: text parts kept, media noted, anything else refused."""
     if prompt is None:
-        return ()
+        return None
     if isinstance(prompt, str):
-        return (bridge.Entry(entry_id, prompt),)
+        return prompt
     texts: list[str] = []
     dropped: list[str] = []
     for part in prompt:
@@ -154,7 +177,7 @@ def _inputs(prompt: str | Sequence[Any] | None, entry_id: int) -> tuple[bridge.E
             if kind is None:
                 raise bridge.unmappable(FRAMEWORK, "a user prompt part", part)
             dropped.append(kind)
-    return (bridge.Entry(entry_id, bridge.joined(texts, dropped)),)
+    return bridge.joined(texts, dropped)
 
 
 def _binary_kind(part: BinaryContent) -> str:
@@ -162,6 +185,15 @@ def _binary_kind(part: BinaryContent) -> str:
         if getattr(part, f"is_{kind}", False):
             return kind
     return "file"
+
+
+def _started(messages: Sequence[ModelMessage], start: int) -> datetime | None:
+    """When the run began: its first new request's timestamp (pydantic-ai's, aware UTC)."""
+    if start < len(messages):
+        when = getattr(messages[start], "timestamp", None)
+        if isinstance(when, datetime) and when.tzinfo is not None:
+            return when
+    return None
 
 
 def _last_response(messages: Sequence[ModelMessage], start: int) -> int:

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from memhoncho.settings import Settings
+from memhoncho.status import foreign_hints, stranded
 
 HEALTHY = "healthy"  #: delivering, every source read, beat and consumers in place
 DEGRADED = "degraded"  #: works for now, but something an operator must fix (or a source unread)
@@ -44,6 +45,8 @@ def verdict(view: dict[str, Any], current: Settings) -> dict[str, Any]:
     found += _beats(view.get("tasks") or {})
     found += _other_workers(view.get("workers") or {})
     found += _relay(view.get("config") or {}, current)
+    found += _stranded(view)
+    found += foreign_hints.findings(view)
     if view.get("config", {}).get("configured") is False:
         found.append((DEGRADED, "no Honcho API key is configured: captures wait on disk"))
     unread = view.get("degraded") or []
@@ -169,3 +172,21 @@ def _relay(config: dict[str, Any], current: Settings) -> list[tuple[str, str]]:
             f" {current.sweep_interval_s:.0f} s): run `memhoncho relay` beside the workers",
         )
     ]
+
+
+def _stranded(view: dict[str, Any]) -> list[tuple[str, str]]:
+    """Pending records and nothing queued or running for them (``status/stranded.py``): the
+    workers' watchdog enqueues them within seconds, so one that stays means it cannot."""
+    total, ids, late = stranded.described(view)
+    if not total:
+        return []
+    what = f"{total} conversation(s) have pending records and nothing queued or running for them"
+    if late:
+        return [
+            (
+                FAILING,
+                f"{what}; past their bound by over {stranded.FAILING_PAST_S:.0f} s:"
+                f" {', '.join(late)} (does a worker of this deployment run?)",
+            )
+        ]
+    return [(DEGRADED, f"{what} (the workers' watchdog enqueues them again): {', '.join(ids)}")]

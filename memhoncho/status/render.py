@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from memhoncho.status import foreign_hints, stranded
 from memhoncho.status.health import VERDICTS as HEALTH_VERDICTS
 
 if TYPE_CHECKING:
@@ -72,6 +73,13 @@ def rows(view: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows.append(("forks", "pending", _fig(view.get("forks", {}).get("pending"))))
     rows.append(("departures", "count", _fig(view.get("departures", {}).get("count"))))
     rows.append(("redactions", "count", _fig(view.get("redactions", {}).get("count"))))
+    hooks = view.get("hooks", {})
+    if hooks.get("claude_code_sessions") or hooks.get("last_errors"):
+        rows.append(("hooks", "claude_code_sessions", _fig(hooks.get("claude_code_sessions"))))
+        for error in hooks.get("last_errors", [])[-3:]:
+            rows.append(("hooks", "error", f"{_when(error.get('at'))} {error.get('code')}"))
+    rows += stranded.table_rows(view)
+    rows += foreign_hints.table_rows(view)
     depths = view.get("queues", {}).get("depths")
     if isinstance(depths, dict):
         for queue, depth in depths.items():
@@ -298,6 +306,21 @@ class ViewCollector:
                 "redactions",
                 "secrets redacted at capture",
                 view.get("redactions", {}).get("count"),
+            ),
+            gauge(
+                "foreign_hints",
+                "delivery hints a worker got from another deployment",
+                view.get("foreign_hints", {}).get("count"),
+            ),
+            gauge(
+                "stranded_conversations",
+                "conversations with pending records and nothing queued or running for them",
+                view.get("stranded", {}).get("count"),
+            ),
+            gauge(
+                "stranded_oldest_past_bound_seconds",
+                "seconds the longest stranded conversation is past its bound",
+                view.get("stranded", {}).get("oldest_past_bound_s"),
             ),
             gauge("live_beats", "beat processes with a fresh heartbeat", tasks.get("live_beats")),
             gauge(

@@ -2,9 +2,8 @@
 
 ``status_view(deployment)`` never raises and never shows a silent zero: a bucket whose files or
 server cannot be read says ``"state": "degraded"`` with its reasons, and a figure that is not
-known is ``None``. ``sources`` says whether every source could be read; ``health`` is the
-verdict on delivery itself (``memhoncho.status.health``). It stays cheap (the store census is
-cached by file stat).
+known is ``None``. ``sources``: could every source be read; ``health``: the verdict on
+delivery itself (``status.health``). Cheap: the store census is cached by file stat.
 """
 
 from __future__ import annotations
@@ -18,8 +17,9 @@ from urllib.parse import urlsplit
 
 from memhoncho import results
 from memhoncho.deployment import Deployment
+from memhoncho.imports import progress as imports
 from memhoncho.settings import Settings, values
-from memhoncho.status import health, render
+from memhoncho.status import foreign_hints, health, redactions, render, stranded
 from memhoncho.status.workers import MAX_AGE_S, WorkersReader, others
 from memhoncho.store import parked
 from memhoncho.store.base import Census
@@ -171,15 +171,19 @@ def departures_bucket(deployment: Deployment) -> dict[str, Any]:
     return _bucket(errors, count=len(found) + len(errors), notices=notices)
 
 
-def redactions_bucket(deployment: Deployment) -> dict[str, Any]:
-    """Secrets capture replaced by ``[REDACTED]`` (how many and when last; never what)."""
-    from memhoncho.store.redactions import read_redactions
+def hooks_bucket(deployment: Deployment) -> dict[str, Any]:
+    """Claude Code's hooks: the sessions they read, and their last errors (codes and
+    memhoncho's words; never content), newest last."""
+    from memhoncho.integrations.claude_code import cursor
 
-    try:
-        counter = read_redactions(deployment.layout)
-    except (OSError, ValueError):
-        return _bucket(["state/redactions.json cannot be read"], count=None, last_at=None)
-    return _bucket([], count=counter["count"], last_at=counter["last_at"])
+    sessions = cursor.folder(deployment.data_dir) / "sessions"
+    errors = cursor.last_errors(deployment.data_dir)
+    return _bucket(
+        [],
+        claude_code_sessions=len(list(sessions.glob("*.json"))) if sessions.is_dir() else 0,
+        last_errors=errors[-5:],
+        last_error_at=errors[-1]["at"] if errors else None,
+    )
 
 
 # ---- broker ------------------------------------------------------------------------------
@@ -353,7 +357,9 @@ class StatusReader:
                 view[name] = _bucket([f"store census failed ({census_error})"])
         view["forks"] = _guarded("forks", lambda: forks_bucket(deployment))
         view["departures"] = _guarded("departures", lambda: departures_bucket(deployment))
-        view["redactions"] = _guarded("redactions", lambda: redactions_bucket(deployment))
+        view["redactions"] = _guarded("redactions", lambda: redactions.bucket(deployment))
+        view["hooks"] = _guarded("hooks", lambda: hooks_bucket(deployment))
+        view["import"] = _guarded("import", lambda: imports.bucket(deployment.layout))
         view["queues"] = _guarded("queues", lambda: queues_bucket(deployment, current))
         view["workers"] = workers
         strangers = others(workers)
@@ -362,6 +368,8 @@ class StatusReader:
         view["parked"] = _guarded(
             "parked", lambda: _bucket([], **parked.summary(deployment.layout, now, stale_s))
         )
+        view["stranded"] = _guarded("stranded", lambda: stranded.bucket(deployment, current, now))
+        view["foreign_hints"] = _guarded("foreign_hints", lambda: foreign_hints.bucket(deployment))
         view["last_delivery_at"] = view["last_delivery"].get("at")
         degraded = sorted(
             name for name, b in view.items() if isinstance(b, dict) and b.get("state") == DEGRADED

@@ -49,20 +49,25 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably (StoreError if the disk refuses)."""
+def write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically and durably (StoreError if the disk refuses).
+
+    ``durable=False`` skips both fsyncs, for a file nothing depends on after a crash (a status
+    marker): still never torn for a reader, but a power loss may leave the older one.
+    """
     with refused_as_store_error(path):
-        _write_bytes(path, data)
+        _write_bytes(path, data, durable)
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
+def _write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -70,12 +75,14 @@ def _write_bytes(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def write_json(path: Path, value: Any) -> None:
-    """Replace ``path`` with ``value`` as JSON, atomically and durably."""
-    write_bytes(path, json.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8"))
+def write_json(path: Path, value: Any, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``value`` as JSON, atomically (and durably unless told not to)."""
+    data = json.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8")
+    write_bytes(path, data, durable=durable)
 
 
 def read_json(path: Path) -> Any:

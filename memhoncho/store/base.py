@@ -20,14 +20,24 @@ store are caches of the files, so they live with them.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+from memhoncho.errors import InvalidInput, MemhonchoError, OutboxCapacity
 from memhoncho.models import ForkDecision, ForkRecord, Ledger, Record, Snapshot
 
-__all__ = ["Appended", "BeforeReplace", "Census", "Record", "Seen", "Store", "SweepListing"]
+__all__ = [
+    "Appended",
+    "BeforeReplace",
+    "Census",
+    "Pending",
+    "Record",
+    "Seen",
+    "Store",
+    "SweepListing",
+]
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,19 @@ class Census:
     quarantine_files: int = 0
     quarantined_lines: int = 0
     quarantine_errors: list[str] = field(default_factory=list)
+
+
+class Pending(NamedTuple):
+    """A conversation with pending records and no fresh hint, with what bounds when it could
+    be delivered again (``Store.pending_conversations``; ``store/stranded.py`` reads it)."""
+
+    key: str
+    oldest_pending_at: float  #: its oldest pending capture (epoch seconds; 0 when unknown)
+    hint_at: float | None  #: its hint mark's time (older than asked for), or None: no mark
+    in_flight_since: float | None  #: its open send began (inf: at a time not recorded)
+    failed_at: float | None  #: its newest failed delivery, while failures are counted
+    last_delivered_at: float | None
+    conversation_id: str | None = None  #: None: the store did not read it (``stranded``'s job)
 
 
 #: ``rewrite``'s hook, given the records it drops before they leave the outbox
@@ -114,6 +137,30 @@ class Store(abc.ABC):
         CaptureTooLarge past ``max_bytes``. ``after_write`` runs once, after the record is
         written and before it is made durable (the hint is published meanwhile).
         """
+
+    def append_batch(
+        self,
+        key: str,
+        records: Sequence[Record],
+        *,
+        max_pending: int,
+        max_bytes: int | None = None,
+        after_write: Callable[[], object] | None = None,
+    ) -> list[Appended | MemhonchoError]:
+        """``append`` of each record in order, answered per record (a refusal is its error,
+        the others go on). The files write them with one fsync; here, one append each."""
+        outcomes: list[Appended | MemhonchoError] = []
+        for record in records:
+            try:
+                outcomes.append(
+                    self.append(
+                        key, record, max_pending=max_pending, max_bytes=max_bytes,
+                        after_write=after_write if not outcomes else None,
+                    )
+                )  # fmt: skip
+            except (InvalidInput, OutboxCapacity) as exc:
+                outcomes.append(exc)
+        return outcomes
 
     @abc.abstractmethod
     def records(self, key: str) -> list[Record]:
@@ -299,6 +346,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def census(self) -> Census:
         """Counts for the status view: pending, sessions, dead letters, quarantine."""
+
+    @abc.abstractmethod
+    def pending_conversations(self, hinted_after: float) -> list[Pending]:
+        """Each conversation with pending records whose ledger reads, less those with a hint
+        mark claimed or renewed at or after ``hinted_after`` (their hint waits). Read as the
+        census reads, so it stays cheap at 100,000 conversations (``store/stranded.py``)."""
 
     def close(self) -> None:  # noqa: B027 - optional: a store without resources has nothing
         """Release connections (the process is ending)."""

@@ -1,9 +1,11 @@
 """A cheap, read-only census of the store for the status view.
 
 One row per conversation holds what its outbox and ledger said when last read (pending
-batches and messages, the oldest pending capture, session, last delivery) and the stat they
-were read under. A read lists the two directories, stats each outbox (captures append in
-place, so only the size and mtime show them) and reads a file again only when it changed.
+batches and messages, the oldest pending capture, session, last delivery, and the open send
+and newest failure the workers' watchdog bounds by: ``pending``, ``store/stranded.py``) and
+the stat they were read under. A read lists the two directories, stats each outbox (captures
+append in place, so only the size and mtime show them) and reads a file again only when it
+changed.
 Ledgers are only ever replaced (atomic writes), so a changed ledger shows a new inode in the
 directory listing, which costs no stat; a ledger is also stat-ed whenever its conversation has
 pending work or its outbox changed. Rows are kept in ``cache/status-summary.bin`` (columns of
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ from pydantic import ValidationError
 from memhoncho.models import Ledger
 from memhoncho.store import census_file as summary_file
 from memhoncho.store.atomic import write_bytes
-from memhoncho.store.base import Census
+from memhoncho.store.base import Census, Pending
 from memhoncho.store.census_listing import count_lines, list_inodes, list_stats, open_dir, reason
 from memhoncho.store.layout import Layout
 from memhoncho.store.lines import parse
@@ -37,12 +40,17 @@ INT_COLUMNS = (
     "l_ino", "l_size", "l_mtime", "l_state",  # ledger stat; state: 0 absent, 1 read, 2 bad
     "delivered_seq", "has_session", "pending_batches", "pending_messages", "corrupt_lines",
 )  # fmt: skip
-FLOAT_COLUMNS = ("oldest_pending_at", "last_delivered_at")
+# The ledger's open send (``in_flight_since``; inf when open since an unknown time) and its
+# newest failure (``last_error.at`` while ``failures``): what ``store/stranded.py`` bounds by.
+FLOAT_COLUMNS = ("oldest_pending_at", "last_delivered_at", "in_flight_since", "failed_at")
 (O_INO, O_SIZE, O_MTIME, O_STATE, L_INO, L_SIZE, L_MTIME, L_STATE) = range(8)
 (DELIVERED, SESSION, PB, PM, CORRUPT) = range(8, 13)
-OLDEST, LAST = len(INT_COLUMNS), len(INT_COLUMNS) + 1
+OLDEST, LAST, IN_FLIGHT, FAILED = range(len(INT_COLUMNS), len(INT_COLUMNS) + 4)
 ABSENT, READ, BAD = 0, 1, 2
 NAN = float("nan")
+#: seconds between two saves of the rows by the watchdog's looks (``pending``): the saved rows
+#: only spare a new process the reads of what changed since, so a save a minute is plenty
+LOOK_SAVE_S = 60.0
 
 Row = list[Any]  # a tuple while loaded and unchanged
 
@@ -52,7 +60,7 @@ def cache_path(layout: Layout) -> Path:
 
 
 def _new_row() -> Row:
-    return [0] * len(INT_COLUMNS) + [NAN, NAN]
+    return [0] * len(INT_COLUMNS) + [NAN] * len(FLOAT_COLUMNS)
 
 
 class SummaryCache:
@@ -65,6 +73,7 @@ class SummaryCache:
         self._lines: dict[str, list[Any]] = {}  # dead/quarantine file -> [ino, size, mtime, n]
         self._totals: tuple[Any, ...] | None = None  # the sums, until a row changes
         self._changed = False
+        self._saved_at = -math.inf  # monotonic clock of the last save
 
     # ---- the saved rows ------------------------------------------------------------------
 
@@ -90,6 +99,7 @@ class SummaryCache:
         except OSError:
             pass  # a cache that cannot be saved is rebuilt next time
         self._changed = False
+        self._saved_at = time.monotonic()
 
     # ---- bringing a row up to date -------------------------------------------------------
 
@@ -98,7 +108,7 @@ class SummaryCache:
         state, data = _read(path, "ledger", errors)
         if state == ABSENT:
             row[DELIVERED] = row[SESSION] = 0
-            row[LAST] = NAN
+            row[LAST] = row[IN_FLIGHT] = row[FAILED] = NAN
         if data is None:
             row[L_STATE] = state
             return
@@ -112,6 +122,13 @@ class SummaryCache:
         row[DELIVERED] = ledger.delivered_seq
         row[SESSION] = int(ledger.session_id is not None)
         row[LAST] = NAN if ledger.last_delivered_at is None else float(ledger.last_delivered_at)
+        row[IN_FLIGHT] = NAN
+        if ledger.in_flight:
+            since = ledger.in_flight_since
+            row[IN_FLIGHT] = math.inf if since is None else float(since)
+        failed_at = (ledger.last_error or {}).get("at") if ledger.failures else None
+        numeric = isinstance(failed_at, int | float) and not isinstance(failed_at, bool)
+        row[FAILED] = float(failed_at) if numeric else NAN  # type: ignore[arg-type]
 
     def _read_outbox(self, key: str, row: Row, errors: list[str]) -> None:
         path = self.layout.outbox(key)
@@ -161,7 +178,8 @@ class SummaryCache:
         if ledger_ino is None:
             if row[L_STATE] != ABSENT:
                 row[L_INO : L_MTIME + 1] = [0, 0, 0]
-                row[L_STATE], row[DELIVERED], row[SESSION], row[LAST] = ABSENT, 0, 0, NAN
+                row[L_STATE], row[DELIVERED], row[SESSION] = ABSENT, 0, 0
+                row[LAST] = row[IN_FLIGHT] = row[FAILED] = NAN
                 changed = True
         elif ledger_ino != row[L_INO] or row[L_STATE] != READ or row[PB] or outbox_changed:
             try:
@@ -216,8 +234,32 @@ class SummaryCache:
     # ---- the census ----------------------------------------------------------------------
 
     def census(self) -> Census:
-        rows = self._load()
         out = Census()
+        if self._refresh_rows(out) or self._totals is None:
+            self._totals = _totals(self._rows or {})
+        (
+            out.sessions,
+            out.corrupt_outbox_lines,
+            out.conversations_pending,
+            out.pending_batches,
+            out.pending_messages,
+            out.upper_bound_conversations,
+            out.oldest_pending_at,
+            out.newest_delivery_at,
+        ) = self._totals
+        out.dead_files, out.dead_records, out.dead_errors = self._line_files(
+            self.layout.dead_dir, "dead"
+        )
+        out.quarantine_files, out.quarantined_lines, out.quarantine_errors = self._line_files(
+            self.layout.quarantine_dir, "quarantine"
+        )
+        self.save()
+        return out
+
+    def _refresh_rows(self, out: Census) -> bool:
+        """Bring every row up to date (``out`` gets the counts and listing errors); True when
+        a row changed."""
+        rows = self._load()
         outboxes, outbox_error = list_stats(self.layout.outbox_dir, ".jsonl")
         ledgers, ledger_error = list_inodes(self.layout.ledger_dir, ".json")
         out.outbox_errors = [outbox_error] if outbox_error else []
@@ -257,27 +299,40 @@ class SummaryCache:
                 os.close(ledger_fd)
         out.conversations = len(keys)
         out.ledgers = len(ledgers)
-        if rows_changed or self._totals is None:
-            self._changed = self._changed or rows_changed
-            self._totals = _totals(rows)
-        (
-            out.sessions,
-            out.corrupt_outbox_lines,
-            out.conversations_pending,
-            out.pending_batches,
-            out.pending_messages,
-            out.upper_bound_conversations,
-            out.oldest_pending_at,
-            out.newest_delivery_at,
-        ) = self._totals
-        out.dead_files, out.dead_records, out.dead_errors = self._line_files(
-            self.layout.dead_dir, "dead"
-        )
-        out.quarantine_files, out.quarantined_lines, out.quarantine_errors = self._line_files(
-            self.layout.quarantine_dir, "quarantine"
-        )
-        self.save()
-        return out
+        if rows_changed:
+            self._totals = None
+            self._changed = True
+        return rows_changed
+
+    def pending(self, marks: dict[str, float], hinted_after: float) -> list[Pending]:
+        """The conversations with pending batches, brought up to date, less those whose hint
+        mark (``marks``: key -> its time) is newer than ``hinted_after``, and those whose
+        ledger does not read (the census reports it; the sweep repairs or dead-letters it)."""
+        self._refresh_rows(Census())
+        if time.monotonic() - self._saved_at >= LOOK_SAVE_S:
+            self.save()  # encoding 100,000 rows costs a look more than its reads
+        found = []
+        for key, row in (self._rows or {}).items():
+            if not row[PB] or row[L_STATE] == BAD:
+                continue
+            mark = marks.get(key)
+            if mark is not None and mark >= hinted_after:
+                continue  # its hint waits in the broker
+            found.append(
+                Pending(
+                    key,
+                    0.0 if math.isnan(row[OLDEST]) else row[OLDEST],
+                    mark,
+                    _or_none(row[IN_FLIGHT]),
+                    _or_none(row[FAILED]),
+                    _or_none(row[LAST]),
+                )
+            )
+        return found
+
+
+def _or_none(value: float) -> float | None:
+    return None if math.isnan(value) else value
 
 
 def _unchanged(row: Row, outbox: os.stat_result | None, ledger_ino: int | None) -> bool:

@@ -8,9 +8,9 @@ import json
 from array import array
 from typing import Any
 
-CACHE_MAGIC = b"memhoncho-status-summary-v2\n"
+CACHE_MAGIC = b"memhoncho-status-summary-v3\n"
 INT_COLUMN_COUNT = 13
-FLOAT_COLUMN_COUNT = 2
+FLOAT_COLUMN_COUNT = 4
 
 
 def encode(rows: dict[str, list[Any]], lines: dict[str, list[Any]]) -> bytes:
@@ -19,7 +19,9 @@ def encode(rows: dict[str, list[Any]], lines: dict[str, list[Any]]) -> bytes:
     n_int = INT_COLUMN_COUNT
     # Column-major, so loading is a few C-speed slices and one zip.
     ints = array("q", (int(row[c]) for c in range(n_int) for row in values))
-    floats = array("d", (float(row[c]) for c in range(n_int, n_int + 2) for row in values))
+    floats = array(
+        "d", (float(row[c]) for c in range(n_int, n_int + FLOAT_COLUMN_COUNT) for row in values)
+    )
     key_blob = "\n".join(keys).encode("utf-8")
     header = {"rows": len(keys), "keys_bytes": len(key_blob), "lines": lines}
     return (

@@ -11,16 +11,16 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from memhoncho.errors import CorruptFile
+from memhoncho.errors import CorruptFile, MemhonchoError
 from memhoncho.models import ForkDecision, ForkRecord, Ledger, Snapshot
 from memhoncho.store import deadletters, peek, sweep_index
 from memhoncho.store import forks as fork_files
 from memhoncho.store.atomic import fsync_dir, read_model, write_bytes, write_json
-from memhoncho.store.base import Appended, Census, Record, Store, SweepListing
+from memhoncho.store.base import Appended, Census, Pending, Record, Store, SweepListing
 from memhoncho.store.layout import Layout, keys_in
 from memhoncho.store.ledger import LedgerCache, read_ledger, write_ledger
 from memhoncho.store.locks import file_lock
@@ -36,6 +36,7 @@ class FileStore(Store):
         self._ledgers = LedgerCache(layout)
         self._census_lock = threading.Lock()
         self._summary: Any = None  # store.census.SummaryCache, built on first census
+        self._marks: Any = None  # store.hint_marks.MarkTimes, built on first look
 
     # ---- the outbox ------------------------------------------------------------------------
 
@@ -59,6 +60,34 @@ class FileStore(Store):
             after_write=after_write,
         )
         return Appended(duplicate=appended.duplicate, seq=appended.seq)
+
+    def append_batch(
+        self,
+        key: str,
+        records: Sequence[Record],
+        *,
+        max_pending: int,
+        max_bytes: int | None = None,
+        after_write: Callable[[], object] | None = None,
+    ) -> list[Appended | MemhonchoError]:
+        """All under one lock, one write and ONE fsync (``store.batches``)."""
+        from memhoncho.store.batches import append_batch
+
+        outcomes = append_batch(
+            self.outbox,
+            key,
+            records,
+            max_pending=max_pending,
+            delivered_seq=lambda: self._delivered_seq(key),
+            delivered_before=lambda batch: self._delivered_before(key, batch),
+            delivered_digest=lambda batch: self._delivered_digest(key, batch),
+            max_bytes=max_bytes,
+            after_write=after_write,
+        )
+        return [
+            o if isinstance(o, MemhonchoError) else Appended(duplicate=o.duplicate, seq=o.seq)
+            for o in outcomes
+        ]
 
     def _delivered_seq(self, key: str) -> int:
         try:
@@ -227,7 +256,9 @@ class FileStore(Store):
         return notices, errors
 
     def mark_last_delivery(self, marker: dict[str, Any]) -> None:
-        write_json(self.layout.last_delivery, marker)
+        # Only the status view reads it, and the ledgers hold what was delivered: a crash that
+        # loses the newest marker loses nothing, so it costs no fsync on every delivery.
+        write_json(self.layout.last_delivery, marker, durable=False)
 
     def last_delivery(self) -> tuple[float | None, str | None]:
         path = self.layout.last_delivery
@@ -279,6 +310,21 @@ class FileStore(Store):
                 self._summary = SummaryCache(self.layout)
             census: Census = self._summary.census()
             return census
+
+    def pending_conversations(self, hinted_after: float) -> list[Pending]:
+        """The census's rows (a stat per outbox, a read only of what changed) joined with the
+        hint marks (one listing, ``hint_marks.MarkTimes``)."""
+        from memhoncho.store.census import SummaryCache
+        from memhoncho.store.hint_marks import MarkTimes
+
+        with self._census_lock:
+            if self._summary is None:
+                self._summary = SummaryCache(self.layout)
+            if self._marks is None:
+                self._marks = MarkTimes(self.layout)
+            marks = self._marks.read(fresh_after=hinted_after)
+            pending: list[Pending] = self._summary.pending(marks, hinted_after)
+            return pending
 
 
 def marker_time(value: Any, name: str) -> tuple[float | None, str | None]:

@@ -54,10 +54,21 @@ def mark_path(layout: Layout, key: str) -> Path:
     return marks_dir(layout) / key
 
 
+_dirs: dict[Path, str] = {}  # data dir -> its marks folder as a string (pathlib is slow)
+
+
+def _mark_file(layout: Layout, key: str) -> str:
+    """``mark_path`` as a string, built without pathlib: claim runs on every capture."""
+    folder = _dirs.get(layout.root)
+    if folder is None:
+        folder = _dirs[layout.root] = os.fspath(marks_dir(layout))
+    return os.path.join(folder, key)
+
+
 def claim(layout: Layout, key: str, *, now: float | None = None) -> bool:
     """Whether the caller must publish a hint: True when it created the mark (or found it
     stale and renewed it); False when a hint is waiting and will see what is written now."""
-    path = mark_path(layout, key)
+    path = _mark_file(layout, key)
     for _ in range(2):
         try:
             os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
@@ -65,13 +76,13 @@ def claim(layout: Layout, key: str, *, now: float | None = None) -> bool:
         except FileExistsError:
             return _renew_if_stale(path, time.time() if now is None else now)
         except FileNotFoundError:  # the first mark in this data directory
-            path.parent.mkdir(parents=True, exist_ok=True)
+            marks_dir(layout).mkdir(parents=True, exist_ok=True)
         except OSError:
             return True  # the mark is an economy; without it, publish every time
     return True
 
 
-def _renew_if_stale(path: Path, now: float) -> bool:
+def _renew_if_stale(path: str, now: float) -> bool:
     try:
         age = now - os.stat(path).st_mtime
     except FileNotFoundError:
@@ -97,7 +108,10 @@ def renew(layout: Layout, key: str) -> None:
 
 def release(layout: Layout, key: str) -> None:
     """The publish failed: no hint waits, so the next capture (or the relay) publishes."""
-    mark_path(layout, key).unlink(missing_ok=True)
+    try:
+        os.unlink(_mark_file(layout, key))
+    except FileNotFoundError:
+        pass
 
 
 def taken(layout: Layout, key: str) -> None:
@@ -125,6 +139,15 @@ def claim_in(store: object, layout: Layout, key: str) -> bool:
     return claim(layout, key)
 
 
+def release_in(store: object, layout: Layout, key: str) -> None:
+    """``release`` wherever the store keeps its marks: the database's row, or this file."""
+    release_hint = getattr(store, "release_hint", None)
+    if release_hint is not None:
+        release_hint(key)
+    else:
+        release(layout, key)
+
+
 def marks(layout: Layout) -> dict[str, float]:
     """Every waiting mark and its mtime (when its hint was published or last renewed)."""
     found: dict[str, float] = {}
@@ -139,6 +162,45 @@ def marks(layout: Layout) -> dict[str, float]:
             except FileNotFoundError:
                 continue
     return found
+
+
+class MarkTimes:
+    """Every waiting mark's time from one listing, with a stat only where the answer needs it.
+
+    A mark's time only moves forward: it is created now and renewed to now, and a mark taken
+    and claimed again is a newer file. So a time read earlier under the same name and inode is
+    a lower bound of the mark's time, and while that bound is recent enough the mark is fresh
+    whatever it says today: no stat. A mark seen for the first time, or one the
+    bound calls stale, is stat-ed (a stale one is about to be enqueued again anyway). A
+    listing gives the inode without a stat (``DirEntry.inode``)."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.directory = marks_dir(layout)
+        self._seen: dict[str, tuple[int, float]] = {}  # key -> (inode, mtime as read)
+
+    def read(self, fresh_after: float) -> dict[str, float]:
+        """Each mark's time: exact where it is before ``fresh_after``, else a lower bound that
+        is at or after it."""
+        seen: dict[str, tuple[int, float]] = {}
+        known = self._seen
+        try:
+            entries = os.scandir(self.directory)
+        except FileNotFoundError:
+            self._seen = seen
+            return {}
+        with entries:
+            for entry in entries:
+                try:
+                    inode = entry.inode()
+                    cached = known.get(entry.name)
+                    if cached is not None and cached[0] == inode and cached[1] >= fresh_after:
+                        seen[entry.name] = cached
+                    else:
+                        seen[entry.name] = (inode, entry.stat().st_mtime)
+                except FileNotFoundError:
+                    continue  # taken since the listing began
+        self._seen = seen
+        return {key: at for key, (_, at) in seen.items()}
 
 
 def stale(layout: Layout, *, now: float | None = None) -> list[str]:

@@ -9,11 +9,12 @@ is its job.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import uuid
 from collections.abc import Callable
 from contextvars import ContextVar
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pydantic
 from honcho import Honcho, Peer, Session
@@ -187,6 +188,27 @@ def order_is_insertion_order(base_url: str, api_key: str | None) -> None:
 
 
 @scenario
+def created_at_is_kept_as_the_same_instant(base_url: str, api_key: str | None) -> None:
+    """A given created_at is kept as the same instant (any offset, microseconds, naive read as
+    UTC) and answered in UTC; the SDK refuses one that is not ISO 8601 before sending."""
+    client = client_for(base_url, api_key)
+    user, session = client.peer(unique("user")), client.session(unique("sess"))
+    east = datetime(2019, 3, 4, 5, 6, 7, 123456, tzinfo=timezone(timedelta(hours=9)))
+    sent: list[str | datetime] = [east, "2020-02-29T23:59:59Z", "2021-07-01T12:00:00"]
+    session.add_messages([user.message(f"at {i}", created_at=w) for i, w in enumerate(sent)])
+    listed = list(session.messages())
+    assert [(m.created_at, m.created_at.utcoffset()) for m in listed] == [
+        (datetime(2019, 3, 3, 20, 6, 7, 123456, tzinfo=UTC), timedelta(0)),
+        (datetime(2020, 2, 29, 23, 59, 59, tzinfo=UTC), timedelta(0)),
+        (datetime(2021, 7, 1, 12, 0, tzinfo=UTC), timedelta(0)),
+    ]
+    with contextlib.suppress(ValueError):
+        session.add_messages([user.message("bad", created_at="yesterday")])
+        raise AssertionError("the SDK sent a created_at that is not a time")
+    assert len(list(session.messages())) == 3
+
+
+@scenario
 def add_messages_answers_in_request_order(base_url: str, api_key: str | None) -> None:
     """One add_messages returns one Message per input, in request order, with ids."""
     client = client_for(base_url, api_key)
@@ -310,10 +332,14 @@ def session_context_has_the_messages(base_url: str, api_key: str | None) -> None
 
 @scenario
 def adapter_sets_config_before_the_first_message(base_url: str, api_key: str | None) -> None:
-    """adapter.ensure_session leaves both members configured, even after the fact."""
-    client = client_for(base_url, api_key)
+    """adapter.ensure_session leaves both members configured, even after the fact: one
+    request where get-or-create answers 201 (created, members with their config), three
+    where it answers 200 (found: each config set again)."""
+    target = adapter.HonchoTarget(base_url, api_key or "k", unique("mhws"), CONTRACT_TIMEOUT_S)
+    client = adapter.write_client(target)
     sid, user, agent = unique("sess"), unique("user"), unique("agent")
-    adapter.ensure_session(client, sid, user, agent, {"conversation": "c1"})
+    # 1 request where create answers 201 (the stand-in), 3 where 200 (3.0.12 not confirmed)
+    assert adapter.ensure_session(client, sid, user, agent, {"conversation": "c1"}) in (1, 3)
     adapter.add_messages(
         client,
         sid,
@@ -325,7 +351,7 @@ def adapter_sets_config_before_the_first_message(base_url: str, api_key: str | N
     # Sticky config: a session whose members were auto-added is repaired by a second call.
     late = unique("sess")
     client.session(late).add_messages([client.peer(agent).message("first")])
-    adapter.ensure_session(client, late, user, agent, None)
+    assert adapter.ensure_session(client, late, user, agent, None) == 3
     assert client.session(late).get_peer_configuration(agent).observe_others is True
 
 
@@ -359,6 +385,7 @@ SCENARIOS: dict[str, Scenario] = {
         peer_config_is_sticky,
         peers_given_at_creation_keep_their_config,
         order_is_insertion_order,
+        created_at_is_kept_as_the_same_instant,
         add_messages_answers_in_request_order,
         metadata_in_filter_finds_exactly_those,
         clone_copies_up_to_the_cutoff,

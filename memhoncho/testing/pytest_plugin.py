@@ -14,7 +14,8 @@ in a conftest).
 - ``deployment``: a ``Deployment`` on ``config_dir`` and ``data_dir``, after ``settings``.
 - ``host``: a ``Host`` on the deployment's folders, closed after the test.
 - ``celery_process``: start real ``celery worker|beat`` processes on the deployment's folders
-  (``memhoncho.testing.processes.CeleryProcess``); every one is stopped after the test.
+  (``memhoncho.testing.processes.CeleryProcess``); every one is stopped after the test
+  (a warm shutdown of 5 s, then SIGKILL).
 
 Nothing here changes the environment: a suite that wants its tests kept from the developer's
 own memhoncho settings sets ``MEMHONCHO_CONFIG_DIR`` / ``MEMHONCHO_DATA_DIR`` itself.
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from memhoncho.testing.standin import HonchoStandIn
 
 STANDIN_MARKER = "standin"
+TEARDOWN_STOP_S = 5.0  #: seconds a test's worker gets to stop after the test before SIGKILL
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -128,6 +130,10 @@ def celery_process(deployment: Deployment) -> Iterator[Callable[..., CeleryProce
                 api_key=None,
                 extra=env,
             )
-            return running.enter_context(CeleryProcess(kind, process_env, **options))
+            process = CeleryProcess(kind, process_env, **options)
+            # Stopped even when it never gets ready; after the test nothing waits on its
+            # tasks: a short warm shutdown, then SIGKILL.
+            running.callback(process.stop, TEARDOWN_STOP_S)
+            return process.start()
 
         yield start

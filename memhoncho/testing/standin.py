@@ -254,6 +254,8 @@ class HonchoStandIn:
             if name == "chat":
                 return self._chat(ids, body or {})
             with self._lock:
+                if name == "get_or_create_session" and not self._has_session(ids["ws"], body):
+                    status = 201  # as Honcho's route: 201 when it created, 200 when it found
                 payload = self._call(name, ids, query, body)
             return Answer(status, payload)
         if known_path:
@@ -297,6 +299,12 @@ class HonchoStandIn:
             "delete_conclusion": lambda: store.delete_conclusion(ws, ids["cid"]),
         }
         return calls[name]()
+
+    def _has_session(self, ws: str, body: Any) -> bool:
+        """Whether the get-or-create of ``body`` finds its session (a refused one: True)."""
+        sid = body.get("id") if isinstance(body, dict) else None
+        workspace = self._store.workspaces.get(ws)
+        return not isinstance(sid, str) or (workspace is not None and sid in workspace.sessions)
 
     def _list_peers(self, ws: str, query: dict[str, str]) -> Any:
         from memhoncho.testing.standin_state import check_page, paginate

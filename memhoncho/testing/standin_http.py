@@ -37,7 +37,7 @@ def routes() -> list[Route]:
         ("POST", _P + r"/representation", "representation", 200),
         ("POST", _P + r"/search", "peer_search", 200),
         ("POST", _W + r"/search", "workspace_search", 200),
-        ("POST", _W + r"/sessions", "get_or_create_session", 200),
+        ("POST", _W + r"/sessions", "get_or_create_session", 200),  # 201: created it
         ("POST", _W + r"/sessions/list", "list_sessions", 200),
         ("PUT", _S, "update_session", 200),
         ("DELETE", _S, "delete_session", 202),

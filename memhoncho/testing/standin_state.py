@@ -12,7 +12,10 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
 
 #: Ids of workspaces, peers and sessions (HONCHO.md, "Limits").
 ID_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
@@ -66,7 +69,30 @@ def not_found(what: str) -> ApiError:
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).isoformat()
+    return json_time(datetime.now(UTC))
+
+
+@cache
+def _times() -> TypeAdapter[datetime]:
+    return TypeAdapter(datetime)
+
+
+def json_time(when: datetime) -> str:
+    """A time as Honcho answers it: UTC, pydantic's JSON form (``2021-06-01T00:00:00Z``)."""
+    return str(_times().dump_python(when.astimezone(UTC), mode="json"))
+
+
+def check_created_at(value: Any, loc: list[Any]) -> str | None:
+    """A message's ``created_at`` as Honcho 3.0.12 takes it (pydantic's lax ``datetime``: ISO
+    8601 or Unix seconds; naive read as UTC, timestamptz's session zone) and echoes it."""
+    if value is None:
+        return None
+    try:
+        when = _times().validate_python(value)
+    except ValidationError:
+        kind = "datetime_from_date_parsing"
+        raise invalid(loc, "Input should be a valid datetime", kind, value) from None
+    return json_time(when if when.tzinfo is not None else when.replace(tzinfo=UTC))
 
 
 def new_id() -> str:

@@ -20,6 +20,7 @@ from memhoncho.testing.standin_state import (
     SESSION_FILTER_FIELDS,
     ApiError,
     Session,
+    check_created_at,
     check_dict,
     check_id,
     check_metadata,
@@ -262,7 +263,8 @@ class HonchoStore(PeerMemory):
                 )
             peer_id = check_id(item.get("peer_id"), ["messages", i, "peer_id"])
             metadata = check_metadata(item.get("metadata"), ["messages", i, "metadata"])
-            drafts.append((content.replace("\x00", ""), peer_id, metadata, item.get("created_at")))
+            created_at = check_created_at(item.get("created_at"), ["messages", i, "created_at"])
+            drafts.append((content.replace("\x00", ""), peer_id, metadata, created_at))
         self.get_or_create_session(ws, {"id": sid})
         workspace, session = self.workspace(ws), self.session(ws, sid)
         stored = []

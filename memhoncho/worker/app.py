@@ -110,6 +110,8 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
         if routing.is_redis(broker):
             transport_options["visibility_timeout"] = VISIBILITY_TIMEOUT_S
         backend = result_backend(broker, deployment.data_dir, current.store_url)
+        if role == "monitor" and not routing.is_redis(broker):
+            backend = None  # a monitor reads events from the broker; it keeps no results
     else:
         broker, transport_options = embedded_broker(deployment.data_dir)
         results = deployment.data_dir / "broker" / "results"
@@ -188,6 +190,12 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
             # One connection attempt: kombu's default retries a refused publish for ~2 s.
             celery.conf.broker_transport_options = {**transport_options, "max_retries": 0}
         private_pools(celery)
+    else:
+        # Stranded conversations are enqueued again by a thread of each worker (why there:
+        # worker/watchdog.py). Only a worker runs its bootsteps; beat and commands do not.
+        from memhoncho.worker.watchdog import Watchdog
+
+        celery.steps["worker"].add(Watchdog)
     return celery
 
 
@@ -263,10 +271,48 @@ def command_app() -> Celery:
     "Unable to load celery application" and a traceback.
     """
     try:
+        if celery_command(sys.argv[1:]) in MONITORS:
+            return monitor_app()
         return get_app()
     except ConfigError as exc:
         sys.stderr.write(f"memhoncho: {exc.code}: {exc.message}\n")
         raise SystemExit(REFUSED_EXIT) from None
+
+
+#: Celery commands that only read the broker (and talk to workers through it)
+MONITORS = frozenset({"flower", "events", "inspect", "status", "control", "report"})
+#: Celery's options before the command that take a value (``-A memhoncho.celery_app``)
+_VALUED = frozenset(
+    {"-A", "--app", "-b", "--broker", "--result-backend", "--loader", "--config", "--workdir"}
+)
+
+
+def celery_command(argv: list[str]) -> str | None:
+    """The Celery command (``worker``, ``flower``...) in a ``celery`` command line."""
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in _VALUED:
+            skip = True
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def monitor_app() -> Celery:
+    """The app of a monitor (``celery -A memhoncho.celery_app flower``, ``events``,
+    ``inspect``): it reads only the broker, so on a server broker it starts without an
+    initialised data directory (and writes nothing there); on the embedded broker, whose
+    queues are in the data directory, a folder that is not one is refused as for a worker."""
+    global _app
+    with _app_lock:
+        if _app is None:
+            deployment = Deployment.from_dirs()
+            if not deployment.settings().broker_url:
+                require_initialised(deployment.data_dir)
+            _app = create_app(deployment, role="monitor")
+        return _app
 
 
 def __getattr__(name: str) -> Any:

@@ -17,13 +17,14 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 from queue import Empty
 from time import monotonic
 from typing import Any
 
 from kombu.exceptions import ChannelError
-from kombu.transport import filesystem
+from kombu.transport import filesystem, virtual
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
 
@@ -77,7 +78,25 @@ class Channel(filesystem.Channel):
         raise Empty()
 
 
+#: each control folder's declared exchanges and bindings, shared by the process's connections
+_states: dict[str, virtual.BrokerState] = {}
+_states_lock = threading.Lock()
+
+
 class Transport(filesystem.Transport):
-    """kombu's filesystem transport with :class:`Channel`."""
+    """kombu's filesystem transport with :class:`Channel`, and its bindings kept per folder.
+
+    kombu keeps one ``BrokerState`` for the whole process, whatever the folders: a binding
+    declared once (an in-process host's hint on ``memhoncho.deliver.1``) is skipped at every
+    later declaration, so a second data directory's control folder never gets it written,
+    and a publish there through the named exchange finds no route and is silently dropped.
+    Here each control folder has its own state, so each folder's bindings are written to it.
+    """
 
     Channel = Channel
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        folder = os.path.abspath(client.transport_options.get("control_folder", "control"))
+        with _states_lock:
+            self.state = _states.setdefault(folder, virtual.BrokerState())

@@ -105,12 +105,35 @@ def _retry_unreachable(
     raise task.retry(countdown=decision.delay_s) from None
 
 
+def _send_more(app: Any, deployment: Deployment, conversation_id: str) -> None:
+    """The follow-up hint of a delivery that stopped at its call budget, published as a
+    capture's is: under the conversation's hint mark, so the watchdog and the status view see
+    it queued (``store/stranded.py``), and not at all when a capture's hint already waits."""
+    from memhoncho import ids
+    from memhoncho.store import hint_marks
+
+    key = ids.conversation_key(conversation_id)
+    store = deployment.store()
+    if not hint_marks.claim_in(store, deployment.layout, key):
+        return
+    try:
+        app.send_task(routing.DELIVER_TASK, args=[conversation_id], ignore_result=True)
+    except Exception:
+        hint_marks.release_in(store, deployment.layout, key)  # the next capture publishes
+        raise
+
+
 # At least once (acks_late, requeued when a worker dies): delivery is idempotent by design.
 @shared_task(
     name=routing.DELIVER_TASK, bind=True, ignore_result=True, acks_late=True, max_retries=None
 )
-def deliver(self: Any, conversation_id: str, **_retired: Any) -> dict[str, Any] | None:
+def deliver(
+    self: Any, conversation_id: str, deployment_id: str | None = None, **_retired: Any
+) -> dict[str, Any] | None:
     """Deliver the conversation's pending records (``delivery.deliver_conversation``).
+
+    ``deployment_id``: the identity of the host's deployment; another one is logged and
+    counted (``worker/foreign.py``), and the hint still taken as this deployment's.
 
     How many Honcho failures in a row it has met is the ledger's ``failures`` (a retry queued
     by an earlier version may still carry them as ``failures``/``held``: ignored).
@@ -125,9 +148,12 @@ def deliver(self: Any, conversation_id: str, **_retired: Any) -> dict[str, Any] 
         MemhonchoError,
         StoreUnavailable,
     )
+    from memhoncho.worker import foreign
 
     deployment = task_context(self.app)
     try:
+        if not self.request.retries:  # a retry carries the same identity: counted once
+            foreign.check(deployment, conversation_id, deployment_id)
         report = delivery.deliver_conversation(deployment, conversation_id)
     except InFlightSettling as exc:  # back when the fence opens; the failure count carries on
         countdown = exc.wait_s + random.uniform(0.0, FENCE_SLACK_S)
@@ -170,7 +196,7 @@ def deliver(self: Any, conversation_id: str, **_retired: Any) -> dict[str, Any] 
         results.gave_up(self, exc)
         return None
     if report.state == delivery.DeliveryState.MORE:
-        self.app.send_task(routing.DELIVER_TASK, args=[conversation_id], ignore_result=True)
+        _send_more(self.app, deployment, conversation_id)
     if report.first_delivery:
         self.app.send_task(routing.REFRESH_TASK, args=[conversation_id], ignore_result=True)
     return {

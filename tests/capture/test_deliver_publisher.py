@@ -40,8 +40,12 @@ def test_a_delivery_hint_is_the_message_send_task_publishes(
     with Host(config_dir, data_dir) as host:
         app, publisher = host._client()
         for conversation_id in CONVERSATIONS:
-            app.send_task(
-                routing.DELIVER_TASK, args=[conversation_id], retry=False, ignore_result=True
+            app.send_task(  # the hint carries the deployment's identity (worker/foreign.py)
+                routing.DELIVER_TASK,
+                args=[conversation_id],
+                kwargs={"deployment_id": host.deployment.hint_identity()},
+                retry=False,
+                ignore_result=True,
             )
             publisher.publish(conversation_id)
             queue = routing.deliver_queue(conversation_id, PARTITIONS)

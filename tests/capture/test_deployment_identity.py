@@ -24,13 +24,13 @@ from memhoncho.testing.config import write_api_key
 from memhoncho.testing.runs import run_event
 
 
-def test_host_initialises_its_own_folder_once_and_logs_it(
+def test_host_told_to_initialise_does_it_once_and_logs_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     data = tmp_path / "fresh"
     with (
-        caplog.at_level(logging.INFO, logger="memhoncho.capture.host"),
-        Host(tmp_path / "config", data),
+        caplog.at_level(logging.INFO, logger="memhoncho.deployment"),
+        Host(tmp_path / "config", data, init=True),
     ):
         pass
     found = identity(data)
@@ -38,7 +38,7 @@ def test_host_initialises_its_own_folder_once_and_logs_it(
     assert [r.getMessage() for r in caplog.records] == ["data directory initialised"]
     caplog.clear()
     with (
-        caplog.at_level(logging.INFO, logger="memhoncho.capture.host"),
+        caplog.at_level(logging.INFO, logger="memhoncho.deployment"),
         Host(tmp_path / "config", data),
     ):
         pass
@@ -46,13 +46,38 @@ def test_host_initialises_its_own_folder_once_and_logs_it(
     assert identity(data) == found  # never rewritten
 
 
+def test_host_creates_the_default_data_directory_on_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MEMHONCHO_DATA_DIR", raising=False)
+    with Host(tmp_path / "config") as host:
+        assert host.deployment.data_dir == tmp_path / "home" / ".local" / "share" / "memhoncho"
+    assert identity(tmp_path / "home" / ".local" / "share" / "memhoncho") is not None
+
+
+@pytest.mark.parametrize("how", ["argument", "variable"])
+def test_host_refuses_a_named_folder_never_initialised_and_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    typo = tmp_path / "typo"
+    if how == "variable":
+        monkeypatch.setenv("MEMHONCHO_DATA_DIR", str(typo))
+    with pytest.raises(NotInitialised) as refused:
+        Host(tmp_path / "config", typo if how == "argument" else None)
+    assert refused.value.code == "ERR_NOT_INITIALISED"
+    assert "init=True" in refused.value.message
+    assert not typo.exists()
+
+
 def test_a_host_told_not_to_initialise_refuses_a_folder_and_creates_nothing(
     tmp_path: Path,
 ) -> None:
-    with pytest.raises(NotInitialised) as refused:
-        Host(tmp_path / "config", tmp_path / "typo", initialise=False)
-    assert "memhoncho init" in refused.value.message
-    assert not (tmp_path / "typo").exists()
+    for told in ({"init": False}, {"initialise": False}):  # the old keyword still works
+        with pytest.raises(NotInitialised) as refused:
+            Host(tmp_path / "config", tmp_path / "typo", **told)  # type: ignore[arg-type]
+        assert "memhoncho init" in refused.value.message
+        assert not (tmp_path / "typo").exists()
 
 
 def test_two_initialisations_at_once_agree_on_one_identity(tmp_path: Path) -> None:

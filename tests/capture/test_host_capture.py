@@ -356,7 +356,7 @@ def test_any_event_is_stored_or_refused_with_a_typed_error_and_nothing_written_o
     config, data = tmp_path / "hc", tmp_path / "hd"
     write_settings(config, max_batch_bytes=4096, max_message_length=1000)
     seen: Counter[str] = Counter()
-    with Host(config_dir=config, data_dir=data) as host:
+    with Host(config_dir=config, data_dir=data, init=True) as host:
 
         @settings(
             max_examples=1000,
@@ -399,16 +399,21 @@ def _closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@pytest.mark.parametrize("inline", [False, True], ids=["hint-thread", "inline"])
 def test_a_broker_that_is_down_does_not_slow_capture_past_50_ms(
     config_dir: Path,
     data_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    inline: bool,
 ) -> None:
     monkeypatch.setenv("MEMHONCHO_BROKER_URL", f"redis://127.0.0.1:{_closed_port()}/0")
     monkeypatch.setenv("MEMHONCHO_API_KEY", SECRET)
     latencies: list[float] = []
-    with caplog.at_level(logging.DEBUG), Host(config_dir=config_dir, data_dir=data_dir) as host:
+    with (
+        caplog.at_level(logging.DEBUG),
+        Host(config_dir=config_dir, data_dir=data_dir, inline_hints=inline) as host,
+    ):
         for i in range(20):
             start = time.perf_counter()
             result = host.capture(_run(f"r-{i}", inputs=[{"entry_id": i, "text": CONTENT}]))
@@ -421,16 +426,18 @@ def test_a_broker_that_is_down_does_not_slow_capture_past_50_ms(
     assert SECRET not in caplog.text and CONTENT not in caplog.text
 
 
+@pytest.mark.parametrize("inline", [False, True], ids=["hint-thread", "inline"])
 def test_with_a_key_and_a_live_broker_the_hint_goes_to_the_conversations_partition(
-    config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str
+    config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str, inline: bool
 ) -> None:
     import redis
 
     monkeypatch.setenv("MEMHONCHO_BROKER_URL", redis_url)
     (config_dir / SECRETS_FILE).write_text(json.dumps({"api-key": SECRET}), encoding="utf-8")
-    with Host(config_dir=config_dir, data_dir=data_dir) as host:
+    with Host(config_dir=config_dir, data_dir=data_dir, inline_hints=inline) as host:
         result = host.capture(_run())
-    assert result.enqueued is True
+        assert host.hints_published == 1
+    assert result.enqueued is True and result.hint == "published"
     client = redis.Redis.from_url(redis_url)
     try:
         queue = routing.deliver_queue("c-42", 8)

@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent(
     import memhoncho.worker.tasks
     from memhoncho import Host
 
-    host = Host(sys.argv[1], sys.argv[2])
+    host = Host(sys.argv[1], sys.argv[2], init=True)
     host.close()
     print("ok")
     """

@@ -187,3 +187,10 @@ def test_the_counter_adds_up_across_captures_and_hosts(config_dir: Path, data_di
 def test_with_no_redaction_yet_the_status_counts_zero(config_dir: Path, data_dir: Path) -> None:
     view = status_view(Deployment(config_dir, data_dir))
     assert view["redactions"] == {"state": "ok", "count": 0, "last_at": None}
+
+
+def test_each_default_pattern_has_a_gate_held_by_every_trigger() -> None:
+    # A text without the gate is skipped by the pattern: sound only if every trigger holds it.
+    for pattern in redaction._defaults():
+        assert pattern.gate
+        assert all(pattern.gate in trigger for trigger in pattern.triggers)

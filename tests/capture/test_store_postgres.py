@@ -43,7 +43,7 @@ def _host_script(turns: str) -> str:
         from memhoncho.capture.host import Host
         from memhoncho.testing.runs import run_event
         from memhoncho import ids
-        host = Host()
+        host = Host(init=True)
         store = host.deployment.store()
         key = ids.conversation_key({CONVERSATION!r})
         for turn in {turns}:
@@ -94,7 +94,7 @@ def test_two_hosts_capturing_at_once_get_distinct_seqs_and_lose_nothing(
         import sys
         from memhoncho.capture.host import Host
         from memhoncho.testing.runs import run_event
-        host = Host()
+        host = Host(init=True)
         offset = int(sys.argv[1])
         for i in range({STRESS_CAPTURES}):
             assert host.capture(run_event({CONVERSATION!r}, offset + i)).status == "captured"
@@ -300,7 +300,7 @@ def test_neither_the_file_store_nor_importing_memhoncho_loads_the_database_drive
         import sys
         from memhoncho.capture.host import Host
         from memhoncho.testing.runs import run_event
-        with Host({str(tmp_path / "c")!r}, {str(tmp_path / "d")!r}) as host:
+        with Host({str(tmp_path / "c")!r}, {str(tmp_path / "d")!r}, init=True) as host:
             host.capture(run_event("c", 0))
         loaded = [m for m in ("psycopg", "psycopg_pool", "alembic", "sqlalchemy")
                   if m in sys.modules]

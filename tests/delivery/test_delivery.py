@@ -160,15 +160,68 @@ def test_pending_messages_are_coalesced_up_to_100_a_call(
     report = deliver_conversation(deployment, CONVERSATION)
 
     assert sends(standin) == 3
-    assert report.calls == 3 + 3  # the session and its two members' config, then three sends
+    assert report.calls == 1 + 3  # the session with its configured members, then three sends
     assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 120)
+
+
+def test_a_first_delivery_writes_its_session_id_with_the_first_in_flight_mark(
+    host: Host,
+    deployment: Deployment,
+    standin: HonchoStandIn,
+    workspace_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    capture(host, range(120))  # 240 messages: three sends
+    store = deployment.store()
+    written: list[Ledger] = []
+    write = store.write_ledger
+
+    def kept(key: str, book: Ledger) -> None:
+        write(key, book)
+        written.append(book)
+
+    monkeypatch.setattr(store, "write_ledger", kept)
+    deliver_conversation(deployment, CONVERSATION)
+
+    # the mark before the first send, then each send's outcome (with the next mark)
+    assert [len(book.in_flight) for book in written] == [100, 100, 40, 0]
+    assert written[0].session_id == ids.session_id(workspace_id, CONVERSATION)
+    assert written[0].messages_delivered == 0
+
+
+def test_a_session_made_before_a_crash_that_left_no_ledger_is_found_and_configured_again(
+    host: Host,
+    deployment: Deployment,
+    standin: HonchoStandIn,
+    workspace_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    capture(host, range(3))
+    store = deployment.store()
+
+    def crash(key: str, book: Ledger) -> None:
+        raise StoreError("the worker died before its first write")
+
+    monkeypatch.setattr(store, "write_ledger", crash)
+    with pytest.raises(StoreError):
+        deliver_conversation(deployment, CONVERSATION)
+    monkeypatch.undo()
+    sid = ids.session_id(workspace_id, CONVERSATION)
+    assert [s["id"] for s in standin.sessions(workspace_id)] == [sid] and sends(standin) == 0
+    assert store.read_ledger(ids.conversation_key(CONVERSATION)) is None
+
+    report = deliver_conversation(deployment, CONVERSATION)
+    assert report.calls == 3 + 1  # found (200): each member's config set again; one send
+    assert texts(standin, workspace_id) == expected_texts(CONVERSATION, 3)
+    user_config = standin.peer_config(workspace_id, sid, ids.peer_id(OWNER))
+    assert user_config == {"observe_me": True, "observe_others": False}
 
 
 def test_a_record_split_across_calls_is_finished_without_resending_its_first_part(
     host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     host.capture(run_event(CONVERSATION, 0, OWNER, inputs=150))  # 151 messages, one record
-    first = deliver_conversation(deployment, CONVERSATION, max_calls=4)  # setup (3) + one send
+    first = deliver_conversation(deployment, CONVERSATION, max_calls=2)  # setup (1) + one send
 
     assert first.state == DeliveryState.MORE
     book = ledger(deployment)

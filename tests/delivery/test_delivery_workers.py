@@ -43,6 +43,8 @@ OWNER = "ana@example.com"
 CAPTURE_THREADS = 6
 POLL_S = 0.5  # seconds between looks at the stand-in while waiting
 SETTLE_TIMEOUT_S = 240.0  # seconds the workers get to deliver everything
+#: seconds the ledgers get to settle once Honcho holds every message (a retry past its fence)
+LEDGER_SETTLE_S = 60.0
 REDRIVE_AFTER_S = 10.0  # seconds without progress before a wait re-drives, as the sweep would
 #: (pool, concurrency) of the workers of the mixed fleet: 4 processes, 3 pool shapes
 MIXED_FLEET = (("prefork", 1), ("prefork", 1), ("prefork", 2), ("threads", 2))
@@ -229,9 +231,29 @@ def swept(deployment: Deployment, host: Host) -> Callable[[], object]:
     return lambda: sweep(deployment, host.enqueue_delivery)
 
 
+def wait_ledgers_settled(
+    deployment: Deployment, names: list[str], runs: int, timeout_s: float = LEDGER_SETTLE_S
+) -> None:
+    """Until every ledger holds all ``runs`` delivered with nothing in flight (or the time is
+    up). Honcho can hold every message while a ledger is still in flight: a send that timed out
+    or whose worker was killed after Honcho stored it is settled by the retry (or the watchdog's
+    re-drive) past its fence, seconds after the messages are in."""
+    store = deployment.store()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ledgers = [store.read_ledger(ids.conversation_key(name)) for name in names]
+        if all(
+            ledger is not None and not ledger.in_flight and ledger.messages_delivered == runs * 2
+            for ledger in ledgers
+        ):
+            return
+        time.sleep(POLL_S)
+
+
 def assert_each_conversation_complete_in_order_once(
     standin: HonchoStandIn, deployment: Deployment, workspace_id: str, names: list[str], runs: int
 ) -> None:
+    wait_ledgers_settled(deployment, names, runs)
     sessions = stored_texts(standin, workspace_id)
     problems: list[str] = []
     for name in names:

@@ -137,6 +137,7 @@ def test_the_drawing_libraries_load_only_in_the_commands_that_draw() -> None:
         "import memhoncho, memhoncho.cli, memhoncho.logs, memhoncho.cli.doctor\n"
         "import memhoncho.status.view, memhoncho.status.render, memhoncho.status.http\n"
         "import memhoncho.upkeep.sweep, memhoncho.upkeep.replay, memhoncho.cli.progress\n"
+        "import memhoncho.cli.imports, memhoncho.imports.runner\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -102,8 +102,13 @@ def _bad_run(root: Path) -> None:
 def _one_captured(root: Path) -> None:
     from memhoncho.capture.host import Host
 
-    with Host(root / "config", root / "data") as host:
+    with Host(root / "config", root / "data", init=True) as host:
         host.capture(run_event("conv-1", 0))
+
+
+def _an_export(root: Path) -> None:
+    lines = [{"id": "c1", "messages": [{"role": "user", "content": "hi"}]}]
+    (root / "history.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
 def _fresh_relay_heartbeat(root: Path) -> None:
@@ -118,6 +123,15 @@ def _a_file_for_a_data_dir(root: Path) -> None:
 
 def _mcp_tokens(root: Path) -> None:
     (root / "tokens").write_text("a-token-long-enough-to-serve ana@example.com\n")
+
+
+def _broken_claude_settings(root: Path) -> None:
+    (root / "proj" / ".claude").mkdir(parents=True)
+    (root / "proj" / ".claude" / "settings.json").write_text('{"model": "opus",')
+
+
+PROJECT = ["--project", "{root}/proj"]
+CLAUDE_TEMPORARY = "it only edits or reads local JSON files: a failure is their content (2)"
 
 
 MCP_HTTP = ["mcp", "--http", "127.0.0.1:{port}", "--tokens-file", "{root}/tokens"]
@@ -141,6 +155,11 @@ CONTRACT: dict[str, dict[str, Step]] = {
         "refused": Run(["capture", "--file", "{root}/run.json"], setup=_bad_run),
         "temporary": Run(["capture", "--file", "{root}/run.json"], env=STORE_DOWN),
     },
+    "import": {
+        "ok": Run(["import", "{root}/history.jsonl", "--json"], setup=_an_export),
+        "refused": Run(["import", "{root}/missing.jsonl"]),
+        "temporary": Run(["import", "{root}/history.jsonl"], env=STORE_DOWN, setup=_an_export),
+    },
     "sweep": {
         "ok": Run(["sweep", "--json"]),
         "refused": Run([*NOT_INITIALISED, "sweep"]),
@@ -163,7 +182,8 @@ CONTRACT: dict[str, dict[str, Step]] = {
     },
     "doctor": {
         "ok": "needs live workers, beat and Honcho: tests/status/test_operations.py (slow)",
-        "refused": Run(["doctor", "--json"], env=BAD),
+        "refused": "doctor diagnoses what it is given: broken settings or a mistyped folder"
+        " are failed checks (exit 1): tests/status/test_doctor_settings.py",
         "temporary": "an outage is a failed check: exit 1, a finding",
     },
     "healthcheck": {
@@ -190,6 +210,26 @@ CONTRACT: dict[str, dict[str, Step]] = {
             ["mcp", "--http", "127.0.0.1:{taken}", "--tokens-file", "{root}/tokens"],
             setup=_mcp_tokens,
         ),
+    },
+    "claude-code install": {
+        "ok": Run(["claude-code", "install", *PROJECT, "--owner", "ana"]),
+        "refused": Run(["claude-code", "install", *PROJECT], setup=_broken_claude_settings),
+        "temporary": CLAUDE_TEMPORARY,
+    },
+    "claude-code uninstall": {
+        "ok": Run(["claude-code", "uninstall", *PROJECT]),
+        "refused": Run(["claude-code", "uninstall", *PROJECT], setup=_broken_claude_settings),
+        "temporary": CLAUDE_TEMPORARY,
+    },
+    "claude-code status": {
+        "ok": Run(["claude-code", "status", *PROJECT]),
+        "refused": Run(["claude-code", "status", *PROJECT], setup=_broken_claude_settings),
+        "temporary": CLAUDE_TEMPORARY,
+    },
+    "claude-code hook": {
+        "ok": Run(["claude-code", "hook", "--owner", "ana"]),
+        "refused": "a hook always exits 0 (Claude Code reads 2 as an order): errors go to status",
+        "temporary": "a hook always exits 0; what it could not capture waits for the next hook",
     },
     "relay": {
         "ok": Run(["relay"]),

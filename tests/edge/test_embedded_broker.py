@@ -6,7 +6,7 @@ import threading
 import time
 from pathlib import Path
 
-from kombu import Connection
+from kombu import Connection, Exchange, Queue
 
 from memhoncho.celery_app import embedded_broker
 from memhoncho.worker.embedded_broker import TRANSPORT
@@ -62,3 +62,18 @@ def test_a_message_that_does_not_decode_is_dropped_and_the_next_is_read(data_dir
         queue.put({"n": 1})
         assert queue.get(timeout=1).payload == {"n": 1}
         queue.close()
+
+
+def test_a_binding_declared_for_one_data_dir_is_written_for_the_next_one(tmp_path: Path) -> None:
+    """kombu's filesystem transport keeps one process-wide record of declared bindings: the
+    second folder's declaration was skipped, and its publishes through the exchange dropped."""
+    exchange = Exchange("memhoncho", type="direct")
+    for name in ("first", "second"):
+        data_dir = tmp_path / name
+        with _connection(data_dir) as conn:
+            Queue("memhoncho.deliver.1", exchange, routing_key="memhoncho.deliver.1")(
+                conn.default_channel
+            ).declare()
+            conn.Producer().publish({"x": 1}, exchange=exchange, routing_key="memhoncho.deliver.1")
+        sent = [p.name for p in (data_dir / "broker" / "queue").iterdir()]
+        assert [n.partition(".")[2] for n in sent] == ["memhoncho.deliver.1.msg"], name

@@ -52,7 +52,7 @@ def test_memhoncho_doctor_help_loads_none_of_them(tmp_path: Path) -> None:
 def test_a_host_capture_with_no_key_loads_none_of_them(tmp_path: Path) -> None:
     code = (
         "from memhoncho import Host\n"
-        f"with Host({str(tmp_path / 'config')!r}, {str(tmp_path / 'data')!r}) as host:\n"
+        f"with Host({str(tmp_path / 'config')!r}, {str(tmp_path / 'data')!r}, init=True) as host:\n"
         f"    assert host.capture({run_event('c1', 0)!r}).status == 'captured'"
     )
     assert _loaded_after(code, tmp_path) == []
@@ -101,7 +101,7 @@ def test_a_capture_builds_the_validators_of_what_it_validates_and_no_others(
     code = (
         "import json\n"
         "from memhoncho import Host, models\n"
-        f"with Host({str(tmp_path / 'config')!r}, {str(tmp_path / 'data')!r}) as host:\n"
+        f"with Host({str(tmp_path / 'config')!r}, {str(tmp_path / 'data')!r}, init=True) as host:\n"
         f"    assert host.capture({run_event('c1', 0)!r}).status == 'captured'\n"
         "print(json.dumps(sorted(name for name in ('RunEvent', 'CaptureResult', 'Ledger',"
         " 'ForkDecision', 'CloneIntent') if getattr(models, name).__pydantic_complete__)))"

@@ -282,9 +282,42 @@ def test_ensure_session_configures_members_before_the_first_message(
     session = standin.sessions(ws)[0]
     assert session["metadata"] == {"conversation": "c1"}
     assert session["configuration"] == {"summary": {"enabled": True}, "dream": {"enabled": True}}
-    paths = [path for _, path, _ in standin.state()["requests"]]
-    first_message = next(i for i, p in enumerate(paths) if p.endswith("/messages"))
-    assert any(p.endswith("/sessions") for p in paths[:first_message])
+    requests = [(method, path) for method, path, _ in standin.state()["requests"]]
+    first_message = next(i for i, (_, p) in enumerate(requests) if p.endswith("/messages"))
+    # the workspace (a client's first call), then the session created with its members
+    assert [p.rsplit("/", 1)[-1] for _, p in requests[:first_message]] == [
+        "workspaces",
+        "sessions",
+    ]
+
+
+def test_ensure_session_sets_the_config_again_on_a_session_it_did_not_create(
+    standin: HonchoStandIn, target: HonchoTarget
+) -> None:
+    client = adapter.write_client(target)
+    assert adapter.ensure_session(client, "s1", "ana", "agent") == 1  # created: 201
+    ws = target.workspace_id
+    client.session("late").add_messages([client.peer("agent").message("first")])
+    assert standin.peer_config(ws, "late", "agent") == {}  # auto-added by its message
+
+    assert adapter.ensure_session(client, "late", "ana", "agent") == 3  # found (200): set again
+    assert standin.peer_config(ws, "late", "agent") == {"observe_me": False, "observe_others": True}
+    assert standin.peer_config(ws, "late", "ana") == {"observe_me": True, "observe_others": False}
+    assert adapter.ensure_session(client, "s1", "ana", "agent") == 3  # found: set again
+
+
+def test_ensure_session_through_a_client_it_cannot_hear_the_status_of_sets_the_config_again(
+    standin: HonchoStandIn, target: HonchoTarget
+) -> None:
+    # a plain SDK client (the status of its answers is not reported): never taken as created
+    client = Honcho(
+        base_url=target.base_url,
+        api_key=target.api_key,
+        workspace_id=target.workspace_id,
+        max_retries=0,
+    )
+    assert adapter.ensure_session(client, "s1", "ana", "agent") == 3
+    assert standin.request_count(path_contains="/config", method="PUT") == 2
 
 
 def test_add_messages_refuses_more_than_one_hundred_without_a_request(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from honcho import Honcho, Session
 from honcho.http.exceptions import (
@@ -25,8 +26,10 @@ import memhoncho.testing.standin as standin_module
 from memhoncho.testing import HonchoStandIn, StandInControl
 from memhoncho.testing.contract import SCENARIOS, Scenario, unique
 
-FAST_TIMEOUT_S = 0.3  # seconds: the client's timeout in fault tests
-FAULT_SLEEP_S = 0.6  # seconds a timeout fault holds the request (past FAST_TIMEOUT_S)
+#: seconds: the client's timeout in fault tests; its set-up calls (workspace, session, peer) run
+#: under it too, so it leaves room for a machine loaded by the whole suite (0.3 s timed out there)
+FAST_TIMEOUT_S = 1.0
+FAULT_SLEEP_S = 2.0  # seconds a timeout fault holds the request (past FAST_TIMEOUT_S)
 
 
 _clients: list[Honcho] = []
@@ -86,6 +89,19 @@ def test_a_422_is_shaped_like_fastapi_and_its_message_is_a_list(
         client.session("s1").add_messages([client.peer("ana").message("x" * 25_001)])
     assert isinstance(caught.value.message, list)
     assert caught.value.message[0]["loc"] == ["body", "messages", 0, "content"]
+
+
+def test_a_created_at_that_is_not_a_time_is_refused_422_and_nothing_is_stored(
+    standin: HonchoStandIn, workspace_id: str
+) -> None:
+    client = sdk(standin, workspace_id)
+    client.session("s1").add_messages([client.peer("ana").message("kept")])
+    url = f"{standin.url}/v3/workspaces/{workspace_id}/sessions/s1/messages"
+    body = {"messages": [{"peer_id": "ana", "content": "hi", "created_at": "yesterday"}]}
+    answer = httpx.post(url, json=body, headers={"Authorization": "Bearer k"})
+    assert answer.status_code == 422
+    assert answer.json()["detail"][0]["loc"] == ["body", "messages", 0, "created_at"]
+    assert [m.content for m in client.session("s1").messages()] == ["kept"]
 
 
 def test_chat_without_an_llm_answers_500_after_the_delay(workspace_id: str) -> None:

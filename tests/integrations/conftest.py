@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from framework_scenario import KEY, Driver, Scenario, exercise
+from framework_scenario import KEY, Driver, More, Scenario, exercise
 
 from memhoncho.capture.host import Host
 from memhoncho.testing import HonchoStandIn
@@ -25,10 +25,11 @@ def settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> dic
 def scenario(
     host: Host, standin: HonchoStandIn, workspace_id: str, celery_process: Callable[..., Any]
 ) -> Scenario:
-    """Run the framework scenario with the driver ``make(host)`` builds, through one worker."""
+    """Run the framework scenario with the driver ``make(host)`` builds, then ``more``, through
+    one worker."""
 
-    def run(make: Callable[[Host], Driver]) -> None:
+    def run(make: Callable[[Host], Driver], more: More | None = None) -> None:
         celery_process("worker", concurrency=1)
-        exercise(make(host), host, standin, workspace_id)
+        exercise(make(host), host, standin, workspace_id, more)
 
     return run

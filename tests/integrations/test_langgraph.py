@@ -59,6 +59,7 @@ class LangGraphDriver:
         self.model: Any = None  # this turn's scripted fake model
         self.seen: list[str] = []
         self.last: dict[str, tuple[str, RunnableConfig]] = {}
+        self.again = False
 
         def agent(state: State, config: RunnableConfig) -> dict[str, Any]:
             return {"messages": [self.memory.model(self.model).invoke(state["messages"], config)]}
@@ -74,7 +75,7 @@ class LangGraphDriver:
     def _script(self, text: str) -> None:
         """The fake model's replies for this turn: a tool call first if the turn asks for one."""
         try:
-            action, value = model_reply(text, None)
+            action, value = model_reply(text, None, self.again)
         except ModelFailure:
             self.model = RunnableLambda(failing)
             return
@@ -83,7 +84,7 @@ class LangGraphDriver:
             replies.append(
                 AIMessage("", tool_calls=[{"name": "honcho_chat", "args": value, "id": "t1"}])
             )
-            value = model_reply(text, "told")[1]
+            value = model_reply(text, "told", self.again)[1]
         replies.append(AIMessage(value))
         self.model = FakeMessagesListChatModel(responses=replies)
 
@@ -103,6 +104,15 @@ class LangGraphDriver:
         """Replay the last turn from the checkpoint before it (LangGraph's time travel)."""
         text, before = self.last[conversation]
         self._invoke(text, before)
+
+    def replay(self, conversation: str) -> str:
+        """Time travel again, the model answering differently."""
+        text, before = self.last[conversation]
+        self.again = True
+        try:
+            return str(self._invoke(text, before)["messages"][-1].content)
+        finally:
+            self.again = False
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Saves over stdio while Honcho is down, then a real worker over a real Redis delivers them:
 every turn lands once and in order (``memhoncho audit`` says so), a retried save is stored
-once, and the recall tools answer from the stand-in, or a typed error while it is down."""
+once, "yes" said twice turns apart is stored twice, and the recall tools answer from the
+stand-in, or a typed error while it is down."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ OWNER = "ana@example.com"
 NAMES = ("trip", "work", "home")
 TURNS = 100  # turns saved in each conversation
 GIVEN_IDS = "trip"  # this conversation's saves pass run ids; the others' are derived
+REPEATS = "chat"  # "yes" said twice, turns apart, without run ids
+YES = {"user": "yes", "assistant": "Done.", "conversation_id": REPEATS}
+BETWEEN = {"user": "and the hotel?", "assistant": "Booked.", "conversation_id": REPEATS}
 
 
 def turn(name: str, i: int) -> dict[str, Any]:
@@ -69,9 +73,13 @@ def test_saves_made_while_honcho_is_down_land_once_in_order_and_recall_answers(
     report = json.loads(audit.stdout)
     assert report["ok"] is True
     audited = {c["conversation_id"]: c for c in report["conversations"]}
-    assert set(audited) == {scope.scoped(OWNER, name) for name in NAMES}
-    for conversation in audited.values():
+    assert set(audited) == {scope.scoped(OWNER, name) for name in (*NAMES, REPEATS)}
+    for name in NAMES:
+        conversation = audited[scope.scoped(OWNER, name)]
         assert conversation["held"] == 2 * TURNS and conversation["duplicated"] == {}
+    repeats = ids.session_id(workspace_id, scope.scoped(OWNER, REPEATS))
+    held = [m["content"] for m in standin.messages(workspace_id, repeats)]
+    assert held == ["yes", "Done.", "and the hotel?", "Booked.", "yes", "Done."]
     assert down_search["code"] == "ERR_HONCHO_UNREACHABLE"  # stopped: refused, never sent
     assert {s["status"] for s in saved} == {"captured"}
     assert {r["status"] for r in retried} == {"duplicate"}
@@ -96,17 +104,24 @@ async def scenario(
                 saved.append(answer(await session.call_tool("honcho_save", turn(name, i))))
                 # the answer came once the turn was on disk, Honcho down or not
                 assert len(records(config_dir, data_dir, OWNER, name)) == i + 1
-        retried = [answer(await session.call_tool("honcho_save", turn(n, 10))) for n in NAMES]
+        for arguments in (YES, YES, BETWEEN, YES, YES):  # each YES once more: its retry
+            answer(await session.call_tool("honcho_save", arguments))
+        # a retry repeats the conversation's latest save (or a given run id, any turn's)
+        last = [turn(n, TURNS - 1) for n in NAMES[1:]]
+        retried = [answer(await session.call_tool("honcho_save", t)) for t in last]
+        retried.append(answer(await session.call_tool("honcho_save", turn(GIVEN_IDS, 10))))
 
         await anyio.to_thread.run_sync(standin.start)
         await anyio.to_thread.run_sync(worker.start)
         await anyio.to_thread.run_sync(
             wait_for,
-            lambda: _held(standin) >= len(NAMES) * TURNS * 2,
+            lambda: _held(standin) >= len(NAMES) * TURNS * 2 + 6,
             "every saved turn in the stand-in",
         )
         # after delivery the ledger, not the outbox, knows the turn: still stored once
-        retried += [answer(await session.call_tool("honcho_save", turn(n, 20))) for n in NAMES]
+        retried += [answer(await session.call_tool("honcho_save", t)) for t in last]
+        retried.append(answer(await session.call_tool("honcho_save", turn(GIVEN_IDS, 20))))
+        retried.append(answer(await session.call_tool("honcho_save", YES)))
         search = answer(await session.call_tool("honcho_search", {"query": user_text("work", 42)}))
         chat = answer(await session.call_tool("honcho_chat", {"query": "What does Ana ask?"}))
 

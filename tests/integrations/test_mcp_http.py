@@ -119,10 +119,11 @@ def test_no_token_or_a_wrong_token_is_refused_and_writes_nothing(
         assert len(records(config_dir, data_dir, BO, "default")) == 0
 
 
-def test_a_session_opened_with_one_token_is_refused_to_another(
+def test_a_session_opened_with_one_owners_token_is_refused_to_another_owner(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
-    tokens = tokens_file(tmp_path, f"{ANA_TOKEN} {ANA}\n{BO_TOKEN} {BO}\n")
+    phone = "ana-phone-token-0123456789"  # ana's second token: her session is hers on both
+    tokens = tokens_file(tmp_path, f"{ANA_TOKEN} {ANA}\n{BO_TOKEN} {BO}\n{phone} {ANA}\n")
     with http_server(config_dir, data_dir, "--tokens-file", str(tokens)) as url:
         opened = post(url, INITIALIZE, ANA_TOKEN)
         assert opened.status_code == 200, opened.text
@@ -131,6 +132,12 @@ def test_a_session_opened_with_one_token_is_refused_to_another(
         assert hijack.status_code in (403, 404), hijack.text
         assert records(config_dir, data_dir, ANA, "default") == []
         assert records(config_dir, data_dir, BO, "default") == []
+        notified = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        post(url, notified, ANA_TOKEN, **{"mcp-session-id": session})
+        same_owner = post(url, save_call("from the phone"), phone, **{"mcp-session-id": session})
+        assert same_owner.status_code == 200, same_owner.text
+        saved = records(config_dir, data_dir, ANA, "default")
+        assert [m["text"] for r in saved for m in r["messages"]] == ["from the phone"]
 
 
 def test_each_token_reads_the_prompt_sections_of_its_owner_only(
@@ -161,12 +168,25 @@ def test_the_http_server_needs_tokens_that_name_owners(tmp_path: Path) -> None:
         (f"{ANA_TOKEN}\n", "line 1: expected '<token> <owner>'"),
         ("short ana\n", "line 1: a token must have at least 16 characters"),
         (f"{ANA_TOKEN} ana\n{ANA_TOKEN} bo\n", "line 2: this token is already given"),
+        (f"{ANA_TOKEN} ana\n{BO_TOKEN} b\x00o\n", "line 2: owner: owner contains a control"),
+        (f"{ANA_TOKEN} \x1b[1mana\n", "line 1: owner: owner contains a control"),
+        (f"{ANA_TOKEN} an\u200ba\n", "line 1: owner: owner contains an invisible"),
     ):
         with pytest.raises(ConfigError, match=reason):
             auth.OwnerTokens(tokens_file=str(tokens_file(tmp_path, lines)))
     one = auth.OwnerTokens(token_file=str(tokens_file(tmp_path, f"{ANA_TOKEN}\n")), owner=ANA)
     assert one.owner_of(ANA_TOKEN) == ANA
     assert one.owner_of(BO_TOKEN) is None
+    with pytest.raises(ConfigError, match="--owner: owner contains a control"):
+        auth.OwnerTokens(token_file=str(tokens_file(tmp_path, f"{ANA_TOKEN}\n")), owner="a\x07")
+
+
+def test_a_tokens_file_that_gains_a_bad_owner_refuses_every_token(tmp_path: Path) -> None:
+    path = tokens_file(tmp_path, f"{ANA_TOKEN} {ANA}\n{BO_TOKEN} {BO}\n")
+    served = auth.OwnerTokens(tokens_file=str(path))
+    assert served.owner_of(BO_TOKEN) == BO
+    tokens_file(tmp_path, f"{ANA_TOKEN} {ANA}\n{BO_TOKEN} {BO}\x00\n")  # an editor's slip
+    assert served.owner_of(BO_TOKEN) is None and served.owner_of(ANA_TOKEN) is None
 
 
 @pytest.mark.slow
@@ -231,6 +251,9 @@ def _held(standin: HonchoStandIn) -> int:
         (["--http", "localhost"], "--http must be HOST:PORT"),
         (["--tokens-file", "/nonexistent"], "--tokens-file and --token-file go with --http"),
         (["--conversation", " padded"], "conversation id must not be blank or padded"),
+        (["--conversation", "wo\u202erk"], "conversation id contains an invisible"),
+        (["--owner", "\x1b]0;pwned\x07ana"], "--owner: owner contains a control"),
+        (["--owner", "ana\u200d"], "--owner: owner contains an invisible"),
         (["--http", "127.0.0.1:8766", "--tokens-file", "/nonexistent"], "cannot read"),
     ],
 )

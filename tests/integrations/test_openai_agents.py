@@ -45,13 +45,14 @@ class AgentsDriver:
         self.last: dict[str, tuple[str, int]] = {}
         self.seen: list[str] = []
         self.calls = itertools.count()
+        self.again = False
 
     def _respond(self, call: ModelCall) -> Any:
         self.seen.append(rendered(call))
         items = call.input if isinstance(call.input, list) else []
         last = items[-1] if items else {}
         tool_result = last.get("output") if last.get("type") == "function_call_output" else None
-        action, value = model_reply(user_text(call), tool_result)
+        action, value = model_reply(user_text(call), tool_result, self.again)
         if action == "call":
             return [function_call("honcho_chat", value, call_id=f"call-{next(self.calls)}")]
         return [assistant_message(value)]
@@ -72,11 +73,23 @@ class AgentsDriver:
 
     def repeat(self, conversation: str) -> None:
         """Undo the last turn in the session (``pop_item``), run it again: the same run."""
-        text, before = self.last[conversation]
+        self._undo(conversation)
+        self._run(conversation, self.last[conversation][0])
+
+    def replay(self, conversation: str) -> str:
+        """Undo the last turn, run it again with the model answering differently."""
+        self._undo(conversation)
+        self.again = True
+        try:
+            return str(self._run(conversation, self.last[conversation][0]).final_output)
+        finally:
+            self.again = False
+
+    def _undo(self, conversation: str) -> None:
+        before = self.last[conversation][1]
         session = self.sessions[conversation]
         while len(asyncio.run(session.get_items())) > before:
             asyncio.run(session.pop_item())
-        self._run(conversation, text)
 
 
 @pytest.mark.slow

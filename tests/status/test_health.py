@@ -217,16 +217,21 @@ def test_doctor_fails_an_unreadable_settings_file_and_status_degrades_config(
     check = doctor.check_settings(deployment)
     assert check.verdict == "fail"
     assert "memhoncho.json is not valid JSON" in check.detail and check.action
-    assert [c.name for c in doctor.run_checks(deployment)] == ["settings"]  # the rest read it
+    checks = {c.name: c.verdict for c in doctor.run_checks(deployment)}
+    assert checks == {  # diagnosed: what reads no setting still runs, the rest is skipped
+        "settings": "fail",
+        "data_dir": "pass",
+        **{name: "skip" for name in doctor.NEEDS_SETTINGS},
+    }
     view = status_view(deployment)
     assert "config" in view["degraded"]
     assert "memhoncho.json is not valid JSON" in view["reasons"][0]
     assert view["health"]["verdict"] == "degraded"
     _settings_file(config_dir).unlink()
     (config_dir / settings.SECRETS_FILE).write_text(json.dumps(["a list", SECRET]))
-    assert cli.main(["doctor", "--json"]) == 2  # ERR_CONFIG: refused, as by every command
+    assert cli.main(["doctor", "--json"]) == 1  # a finding: doctor diagnoses, never refuses
     captured = capsys.readouterr()
-    refusal = json.loads(captured.err)
-    assert refusal["code"] == "ERR_CONFIG"
-    assert "secrets.json is not a JSON object" in refusal["message"]
+    found = {c["name"]: c for c in json.loads(captured.out)["checks"]}
+    assert found["settings"]["verdict"] == "fail"
+    assert "secrets.json is not a JSON object" in found["settings"]["detail"]
     assert SECRET not in captured.out + captured.err

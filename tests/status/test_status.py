@@ -284,11 +284,15 @@ def test_queue_depths_come_from_the_embedded_broker_folder(
     config_dir: Path, data_dir: Path
 ) -> None:
     from memhoncho.celery_app import embedded_broker
+    from memhoncho.worker.embedded_broker import TRANSPORT
 
     ctx = _context(config_dir, data_dir, partitions=2)
     url, options = embedded_broker(data_dir)
     exchange = Exchange("memhoncho", type="direct")
-    with Connection(url, transport_options=options) as conn:
+    # memhoncho's transport, as its hosts publish: kombu's own keeps one process-wide record
+    # of bindings, so after another test's host declared this queue (another data dir) the
+    # binding was never written here and both messages were dropped (depth 0).
+    with Connection(url, transport=TRANSPORT, transport_options=options) as conn:
         Queue("memhoncho.deliver.1", exchange, routing_key="memhoncho.deliver.1")(
             conn.default_channel
         ).declare()

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from memhoncho import ids
 from memhoncho import settings as settings_module
 from memhoncho.errors import ConfigError, InvalidId, MemhonchoError
+from memhoncho.integrations.mcp import scope
 from memhoncho.settings.files import RACY_NS
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def parse_tokens(text: str, source: str) -> dict[str, str]:
             raise ConfigError(f"{where}: expected '<token> <owner>'")
         _check_token(token, where)
         try:
-            ids.peer_id(owner)
+            scope.check_owner(owner)
         except InvalidId as exc:
             raise ConfigError(f"{where}: owner: {exc.message}") from None
         digest = _digest(token)
@@ -110,7 +110,10 @@ class OwnerTokens:
         if token is None:
             raise ConfigError(f"{self.token_file}: no token (missing, unreadable or empty)")
         _check_token(token, self.token_file)
-        ids.peer_id(self.owner)
+        try:
+            scope.check_owner(self.owner)
+        except InvalidId as exc:
+            raise ConfigError(f"--owner: {exc.message}") from None
 
     def owner_of(self, token: str) -> str | None:
         """The owner ``token`` acts for; None for a token that is not one of these."""
@@ -150,13 +153,11 @@ class OwnerTokens:
         """The SDK's access token for ``token`` (subject: its owner), or None: a 401."""
         from mcp.server.auth.provider import AccessToken
 
-        from memhoncho.integrations.mcp.scope import owner_tag
-
         owner = self.owner_of(token)
         if owner is None:
             return None
         # client_id tells owners apart in the SDK's session ownership check; subject is the owner.
-        return AccessToken(token=token, client_id=owner_tag(owner), scopes=[], subject=owner)
+        return AccessToken(token=token, client_id=scope.owner_tag(owner), scopes=[], subject=owner)
 
 
 def request_owner() -> str:

@@ -11,11 +11,12 @@ import argparse
 import sys
 from typing import Any
 
-from memhoncho.errors import ConfigError
+from memhoncho.errors import ConfigError, InvalidId
 
 HELP = "serve memory to MCP clients: stdio, or streamable HTTP behind bearer tokens"
 DEFAULT_CONVERSATION = "default"
 HTTP_PATH = "/mcp"
+STDIO_PIPES = ("lean", "sdk")  # how stdio is read and written: pipes.py, or the SDK's files
 NO_SDK = "memhoncho mcp needs the MCP SDK: pip install 'memhoncho[mcp]'"
 
 
@@ -47,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokens-file", help="HTTP: a file of '<token> <owner>' lines, re-read when it changes"
     )
     parser.add_argument("--token-file", help="HTTP: a file holding the one token of --owner")
+    parser.add_argument(
+        "--stdio-pipes",
+        choices=STDIO_PIPES,
+        default=STDIO_PIPES[0],
+        help="stdio: the event loop's own pipes (lean, the default), or the MCP SDK's "
+        "threaded files (sdk), the fallback where lean pipes misbehave",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,7 +68,12 @@ def run(args: argparse.Namespace) -> int:
     from memhoncho.capture.host import Host
     from memhoncho.integrations.mcp import auth, scope, server
 
-    scope.scoped(args.owner, args.conversation)  # a bad default is refused now, not per call
+    # A bad owner or default conversation is refused now, not per call.
+    try:
+        scope.check_owner(args.owner)
+    except InvalidId as exc:
+        raise ConfigError(f"--owner: {exc.message}") from None
+    scope.scoped(args.owner, args.conversation)
     config_dir = getattr(args, "config_dir", None)
     data_dir = getattr(args, "data_dir", None)
     if args.http is None:
@@ -69,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         owner = args.owner
         with Host(config_dir, data_dir) as host:
             memory = server.Memory(host, lambda: owner, args.conversation)
-            anyio.run(_serve_stdio, server.build(memory))
+            anyio.run(_serve_stdio, server.build(memory), args.stdio_pipes == "lean")
         return 0
     host_name, port = parse_address(args.http)
     verifier = auth.OwnerTokens(args.tokens_file, args.token_file, args.owner)
@@ -94,11 +107,17 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-async def _serve_stdio(mcp_server: Any) -> None:
+async def _serve_stdio(mcp_server: Any, lean: bool) -> None:
+    """The SDK's stdio transport over the loop's own pipes (pipes.py), when it can watch them."""
     from mcp.server.stdio import stdio_server
 
-    async with stdio_server() as (read_stream, write_stream):
-        await mcp_server.run(read_stream, write_stream, mcp_server.create_initialization_options())
+    from memhoncho.integrations.mcp.pipes import lean_stdio
+
+    async with lean_stdio(lean) as pipes:
+        stdin, stdout = pipes if pipes is not None else (None, None)
+        async with stdio_server(stdin, stdout) as (read_stream, write_stream):
+            options = mcp_server.create_initialization_options()
+            await mcp_server.run(read_stream, write_stream, options)
 
 
 def _http_app(mcp_server: Any, verifier: Any, host: str, port: int) -> Any:

@@ -3,20 +3,21 @@
 A turn is the user's text and the assistant's answer, or a list of messages: the user's, then
 the assistant's (one answer, perhaps in several blocks). It becomes one ``RunEvent`` and one
 ``Host.capture``, so the tool answers only once the turn is fsynced, and a turn is all or
-nothing. Exactly once rests on the run id: the client's, else a digest of the turn's messages,
-so a client that retries a call whose answer it lost stores the turn once.
+nothing. Exactly once rests on the run id: the client's, else one derived from the turn and the
+save before it (turn_ids.py), so a client that retries a call whose answer it lost stores the
+turn once, and the same words said again later are kept.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from memhoncho import ids
+from memhoncho.capture.hint_word import hint_word, stalled
 from memhoncho.errors import InvalidToolCall
-from memhoncho.integrations.mcp import scope
+from memhoncho.integrations.mcp import scope, turn_ids
 from memhoncho.models import MAX_INPUTS, MAX_RUN_ID_LEN, CaptureStatus
 from memhoncho.recall.arguments import ToolArguments, parameters_schema, parse_arguments
 
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
     from memhoncho.capture.host import Host
 
 SAVE = "honcho_save"
-DERIVED_RUN_PREFIX = "mcp-"  # a run id the server derived, not one the client passed
-DERIVED_RUN_DIGEST_CHARS = 32  # hex characters of the turn's digest in a derived run id
 USER = "user"
 ASSISTANT = "assistant"
 
@@ -33,8 +32,9 @@ DESCRIPTION = (
     "Save one turn of this conversation to long-term memory: the user's message and your "
     "answer (user, assistant), or the turn as messages (the user's, then yours). It is stored "
     "durably before this returns and reaches memory in the background, in order, exactly "
-    "once: calling again with the same turn (or the same run_id) stores nothing new. Pass "
-    "run_id when the same words may really be said twice in a conversation."
+    "once: calling again with the same turn right away (or the same run_id) stores nothing "
+    "new, while the same words said again after other turns are a new turn. Pass run_id "
+    "when the very same turn may really be said twice in a row."
 )
 
 
@@ -59,22 +59,44 @@ class SaveArguments(ToolArguments):
     )
     conversation_id: str | None = Field(
         None,
-        min_length=1,
-        max_length=scope.MAX_CONVERSATION_CHARS,
         description="The conversation this turn belongs to. Omit for the server's default.",
     )
     run_id: str | None = Field(
         None,
         min_length=1,
         max_length=MAX_RUN_ID_LEN,
-        description="A stable id of this turn (your message id, say). Omit to derive one "
-        "from the turn's content.",
+        description="A stable id of this turn (your message id, say). Omit, and a save that "
+        "repeats this conversation's latest save is taken as its retry.",
     )
+
+
+class SaveAnswer(BaseModel):
+    """What the save tool answers (its output schema)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["captured", "duplicate", "empty", "not-selected"] = Field(
+        description="What was done with the turn."
+    )
+    saved: bool = Field(description="The turn is stored (now, or by an earlier call).")
+    conversation_id: str = Field(description="The conversation the turn was saved in.")
+    run_id: str = Field(description="The turn's run id (given, or derived from the turn).")
+    hint: str | None = Field(
+        description="What became of the turn's delivery hint, as memhoncho capture prints it: "
+        "published, waiting, relay, or no-key / broker-down (nothing moves until an API key "
+        "is configured or the broker is back); null when nothing was stored."
+    )
+    about: str = Field(description="The answer in words.")
 
 
 def schema() -> dict[str, Any]:
     """The save tool's input schema, made from the same model that checks its calls."""
     return parameters_schema(SaveArguments)
+
+
+def output_schema() -> dict[str, Any]:
+    """The save tool's output schema, made from the model of its answer."""
+    return SaveAnswer.model_json_schema()
 
 
 def turn_of(args: SaveArguments) -> list[tuple[str, str]]:
@@ -106,13 +128,6 @@ def turn_of(args: SaveArguments) -> list[tuple[str, str]]:
     return turn
 
 
-def derived_run_id(turn: list[tuple[str, str]]) -> str:
-    """The run id of a turn the client gave none for: the same turn, the same id."""
-    payload = json.dumps(turn, separators=(",", ":"), ensure_ascii=False)
-    digest = hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
-    return DERIVED_RUN_PREFIX + digest[:DERIVED_RUN_DIGEST_CHARS]
-
-
 def run_event(
     owner: str | None, conversation_id: str, run_id: str, turn: list[tuple[str, str]]
 ) -> dict[str, Any]:
@@ -142,18 +157,32 @@ def save(
         args.conversation_id if args.conversation_id is not None else default_conversation
     )
     stored = scope.scoped(owner, conversation)
-    run_id = args.run_id if args.run_id is not None else derived_run_id(turn)
+    run_id = args.run_id
+    if run_id is None:  # a retry only when it repeats the latest save (turn_ids.py)
+        key = ids.conversation_key(stored)
+        run_id = turn_ids.derived_run_id(host.deployment.store(), key, stored, turn)
     result = host.capture(run_event(owner, stored, run_id, turn))
     kept = result.status in (CaptureStatus.CAPTURED, CaptureStatus.DUPLICATE)
-    return {
-        "status": str(result.status),
-        "saved": kept,
-        "conversation_id": conversation,
-        "run_id": run_id,
-        "about": _ABOUT[result.status],
-    }
+    word = hint_word(result)
+    about = _ABOUT[result.status]
+    if stalled(word):
+        about = f"{about} {_STALLED}"
+    answer = SaveAnswer(
+        status=result.status.value,
+        saved=kept,
+        conversation_id=conversation,
+        run_id=run_id,
+        hint=word,
+        about=about,
+    )
+    return answer.model_dump()
 
 
+#: said with a hint word in ``hint_word.STALLED``: durable, but nothing moves yet
+_STALLED = (
+    "Nothing moves to memory until an API key is configured or the broker is back (hint);"
+    " the turn waits on disk until then."
+)
 _ABOUT = {
     CaptureStatus.CAPTURED: "Stored durably; it reaches memory in the background.",
     CaptureStatus.DUPLICATE: "This turn was saved before; nothing new was stored.",

@@ -6,7 +6,8 @@ models that check each call) and every refusal is memhoncho's typed error, its c
 an unknown tool is a JSON-RPC error (the protocol's), a refused call is a tool result marked as
 an error (so the model reads it and can correct itself); both carry ``{code, message, ...}``.
 The owner comes from the server (``--owner``, or the HTTP token), never from a tool argument.
-Blocking work (an fsync, a call to Honcho) runs on worker threads, off the event loop.
+Blocking work (an fsync, a call to Honcho) runs on worker threads, off the event loop: saves
+and sections on threads of their own, recall on others, bounded per owner (capacity.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote, unquote
 
@@ -27,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 import memhoncho
 from memhoncho.errors import InvalidInput, InvalidToolCall, MemhonchoError
 from memhoncho.integrations.mcp import save, scope
+from memhoncho.integrations.mcp.capacity import Capacity
 from memhoncho.recall import tools as recall_tools
 from memhoncho.recall.arguments import parameters_schema
 
@@ -60,6 +62,7 @@ class Memory:
     host: Host
     owner: Callable[[], str | None]
     conversation: str
+    capacity: Capacity = field(default_factory=Capacity)
 
 
 #: hints a client may show or act on: what only reads, what writes, what a retry repeats
@@ -79,7 +82,7 @@ def tools() -> list[types.Tool]:
         types.Tool(
             name=tool.name,
             description=tool.description,
-            input_schema=parameters_schema(tool.arguments),
+            input_schema=_scoped_schema(parameters_schema(tool.arguments)),
             annotations=ANNOTATIONS[tool.name],
         )
         for tool in recall_tools.TOOLS.values()
@@ -87,10 +90,21 @@ def tools() -> list[types.Tool]:
     save_tool = types.Tool(
         name=save.SAVE,
         description=save.DESCRIPTION,
-        input_schema=save.schema(),
+        input_schema=_scoped_schema(save.schema()),
+        output_schema=save.output_schema(),
         annotations=ANNOTATIONS[save.SAVE],
     )
     return [*listed, save_tool]
+
+
+def _scoped_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema saying the conversation id limits ``scope.scoped`` enforces, for every tool."""
+    found = schema.get("properties", {}).get("conversation_id")
+    if found is not None:
+        for option in found.get("anyOf", [found]):
+            if option.get("type") == "string":
+                option.update(minLength=1, maxLength=scope.MAX_CONVERSATION_CHARS)
+    return schema
 
 
 def build(memory: Memory) -> Server[Any]:
@@ -214,11 +228,14 @@ async def _call_tool(memory: Memory, name: str, arguments: Any) -> types.CallToo
         )
     try:
         owner = memory.owner()
+        capacity = memory.capacity
         if name == save.SAVE:
             run = functools.partial(save.save, memory.host, owner, memory.conversation, arguments)
+            result = await anyio.to_thread.run_sync(run, limiter=capacity.local)
         else:
             run = functools.partial(_recall, memory.host, owner, name, arguments)
-        result = await anyio.to_thread.run_sync(run)
+            with capacity.recall_slot(owner):  # RecallBusy past the bounds: never queued
+                result = await anyio.to_thread.run_sync(run, limiter=capacity.recall)
     except MemhonchoError as exc:
         log.info(
             "mcp tool refused", extra={"action": "mcp_tool_refused", "tool": name, "code": exc.code}
@@ -253,7 +270,9 @@ async def _sections(memory: Memory, conversation: object) -> dict[str, Any]:
         stored = scope.scoped(owner, conversation)
     except MemhonchoError as exc:
         _refuse(exc)
-    sections = await anyio.to_thread.run_sync(memory.host.sections, stored)
+    sections = await anyio.to_thread.run_sync(
+        memory.host.sections, stored, limiter=memory.capacity.local
+    )
     payload = sections.model_dump(mode="json")
     payload.update(conversation_id=conversation, text=sections.render())
     return payload

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from memhoncho.models import Snapshot
-from memhoncho.store.base import Record, dead_records_added
+from memhoncho.store.base import Pending, Record, dead_records_added
 from memhoncho.store.postgres.connection import (
     DEAD_LOCK_SEED,
     LAST_DELIVERY,
@@ -151,6 +151,31 @@ class PgKept(PgConnections):
         return row is not None
 
     # ---- status ------------------------------------------------------------------------------
+
+    def pending_conversations(self, hinted_after: float) -> list[Pending]:
+        """One query over the pending conversations' partial index (``pending_batches > 0``):
+        each row carries its hint mark, its ledger's open send and newest failure, and the
+        capture time of its first pending record (one probe of the pending records' index;
+        the oldest capture but for a clock stepped back). No ledger is read row by row."""
+        with self.connection() as conn:
+            rows = conn.execute(
+                "SELECT c.key, c.conversation_id, c.hint_at,"
+                " (SELECT o.captured_at FROM memhoncho_outbox o"
+                "  WHERE o.key = c.key AND NOT o.delivered ORDER BY o.seq LIMIT 1),"
+                " CASE WHEN c.ledger->'in_flight' <> '[]'::jsonb THEN"
+                "  coalesce((c.ledger->>'in_flight_since')::float8, 'Infinity') END,"
+                " CASE WHEN (c.ledger->>'failures')::bigint > 0"
+                "  AND jsonb_typeof(c.ledger->'last_error'->'at') = 'number'"
+                "  THEN (c.ledger->'last_error'->>'at')::float8 END,"
+                " c.last_delivered_at"
+                " FROM memhoncho_conversations c"
+                " WHERE c.pending_batches > 0 AND (c.hint_at IS NULL OR c.hint_at < %s)",
+                (hinted_after,),
+            ).fetchall()
+        return [
+            Pending(key, float(oldest or 0.0), hint, flight, failed, delivered, conversation)
+            for key, conversation, hint, oldest, flight, failed, delivered in rows
+        ]
 
     def census(self) -> Census:
         """Aggregates over partial indexes: pending rows only, sessions only."""

@@ -1,0 +1,156 @@
+"""Which export a path is, and its conversations read as a stream.
+
+A folder is Claude Code's projects folder; a zip holds ``conversations.json`` (ChatGPT's and
+Claude.ai's exports both do); a JSON array is ChatGPT's or Claude.ai's ``conversations.json``,
+told apart by its first conversation (``mapping`` or ``chat_messages``); lines of JSON objects
+are the generic JSONL. JSON arrays are read with ijson, one conversation at a time, so a 1 GB
+export never sits in memory. A conversation that cannot be read is yielded as ``Broken`` (where
+and why) and the rest go on; an export that ends early stops with a ``Broken`` saying where.
+How far the reading is (``Extent``: bytes read of the export's size) comes from the open file's
+own position, so the progress bar costs no second read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from memhoncho.errors import ImportFormat, ImportUnreadable
+from memhoncho.imports import chatgpt, claude_ai, claude_code_folder, jsonl
+from memhoncho.imports.extent import Extent
+from memhoncho.imports.model import Conversation
+
+FORMATS = (chatgpt.FORMAT, claude_code_folder.FORMAT, claude_ai.FORMAT, jsonl.FORMAT)
+CONVERSATIONS_JSON = "conversations.json"
+PEEK_BYTES = 4096  # read to tell a JSON array from JSON lines
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A part of the export that could not be read: skipped, counted, reported."""
+
+    where: str
+    reason: str
+
+
+Item = Conversation | Broken
+
+
+def detect(path: Path) -> str:
+    """The export's format (ImportUnreadable: cannot be read; ImportFormat: none known)."""
+    if path.is_dir():
+        return claude_code_folder.FORMAT
+    if not path.exists():
+        raise ImportUnreadable(f"no such file or folder: {path}", path=str(path))
+    with _opened(path) as handle:
+        head = handle.read(PEEK_BYTES).lstrip()
+    if head.startswith(b"{"):
+        return jsonl.FORMAT
+    if not head.startswith(b"["):
+        raise ImportFormat(f"{path} is neither a JSON array nor JSON lines", path=str(path))
+    first = _first_item(path)
+    if isinstance(first, dict) and "mapping" in first:
+        return chatgpt.FORMAT
+    if isinstance(first, dict) and "chat_messages" in first:
+        return claude_ai.FORMAT
+    raise ImportFormat(
+        f"{path}: its conversations have neither mapping (ChatGPT) nor chat_messages"
+        " (Claude.ai); say --format",
+        path=str(path),
+    )
+
+
+def read(path: Path, fmt: str, extent: Extent | None = None) -> Iterator[Item]:
+    """The export's conversations in order, each a ``Conversation`` or a ``Broken``;
+    ``extent``, when given, follows how far the reading is."""
+    extent = extent if extent is not None else Extent()
+    if fmt == claude_code_folder.FORMAT:
+        if not path.is_dir():
+            raise ImportFormat(f"{path} is not a folder (Claude Code's projects folder is)")
+        yield from claude_code_folder.conversations(path, extent)
+    elif fmt == jsonl.FORMAT:
+        yield from _lines(path, extent)
+    elif fmt in (chatgpt.FORMAT, claude_ai.FORMAT):
+        reader = chatgpt.conversation if fmt == chatgpt.FORMAT else claude_ai.conversation
+        yield from _array(path, reader, extent)
+    else:
+        raise ImportFormat(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+
+
+@contextmanager
+def _opened(path: Path, extent: Extent | None = None) -> Iterator[IO[bytes]]:
+    """The file, or the ``conversations.json`` inside a zip (ImportUnreadable otherwise);
+    ``extent`` learns its size and follows its position."""
+    extent = extent if extent is not None else Extent()
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                names = [
+                    n for n in archive.namelist() if n.rsplit("/", 1)[-1] == CONVERSATIONS_JSON
+                ]
+                if not names:
+                    raise ImportFormat(f"{path} holds no {CONVERSATIONS_JSON}", path=str(path))
+                name = min(names, key=len)
+                with archive.open(name) as member:
+                    extent.total, extent.tell = archive.getinfo(name).file_size, member.tell
+                    yield member
+        elif path.suffix == ".zip":
+            raise ImportUnreadable(f"{path} is not a whole zip (truncated?)", path=str(path))
+        else:
+            with open(path, "rb") as handle:
+                extent.total, extent.tell = os.fstat(handle.fileno()).st_size, handle.tell
+                yield handle
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise ImportUnreadable(f"{path} cannot be read: {type(exc).__name__}") from None
+
+
+def _first_item(path: Path) -> Any:
+    import ijson  # the streaming parser loads with an import only
+
+    with _opened(path) as handle:
+        try:
+            return next(ijson.items(handle, "item"), None)
+        except ijson.JSONError:
+            raise ImportUnreadable(f"{path} is not valid JSON", path=str(path)) from None
+
+
+def _array(
+    path: Path, reader: Callable[[Any, str], Conversation], extent: Extent
+) -> Iterator[Item]:
+    import ijson
+
+    index = -1
+    with _opened(path, extent) as handle:
+        try:
+            for index, data in enumerate(ijson.items(handle, "item", use_float=True)):
+                yield _one(reader, data, f"conversation {index}")
+        except (ijson.JSONError, zipfile.BadZipFile, EOFError, OSError) as exc:
+            where = f"after conversation {index}" if index >= 0 else "before any conversation"
+            yield Broken(where, f"the export ends or breaks here ({type(exc).__name__})")
+
+
+def _lines(path: Path, extent: Extent) -> Iterator[Item]:
+    with _opened(path, extent) as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except ValueError:  # the position only: the line is someone's words
+                yield Broken(f"line {number}", "not valid JSON")
+                continue
+            yield _one(jsonl.conversation, data, f"line {number}")
+
+
+def _one(reader: Callable[[Any, str], Conversation], data: Any, where: str) -> Item:
+    try:
+        return reader(data, where)
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        reason = str(exc) if isinstance(exc, ValueError) else "an unexpected shape"
+        return Broken(where, reason)

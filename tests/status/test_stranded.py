@@ -1,0 +1,146 @@
+"""Stranded conversations in the status view, the verdict, /metrics and doctor (issue 29).
+
+A delivery that started (it took the hint mark) and died leaves pending records with nothing
+queued or running for them: counted and named once past their bound, the verdict degraded,
+failing once more than a minute past it; a running delivery (its lock held) or a waiting hint
+is not stranded; a delivery clears it. On the files and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memhoncho import ids
+from memhoncho.capture.host import Host
+from memhoncho.cli import doctor_stranded
+from memhoncho.delivery.engine import deliver_conversation
+from memhoncho.deployment import Deployment
+from memhoncho.status import health, render
+from memhoncho.status import stranded as status_stranded
+from memhoncho.status.view import status_view
+from memhoncho.store import hint_marks, stranded
+from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import point_at_standin
+from memhoncho.testing.runs import run_event
+
+KEY = "sk-stranded-status-key"
+OWNER = "ana@example.com"
+WAIT_S = 10.0  # seconds at most for a conversation to pass its bound (SETTLE_S after capture)
+pytestmark = pytest.mark.standin(api_key=KEY)
+
+
+@pytest.fixture
+def deployment(
+    config_dir: Path,
+    data_dir: Path,
+    standin: HonchoStandIn,
+    workspace_id: str,
+    store_url: str | None,
+) -> Deployment:
+    point_at_standin(config_dir, standin, workspace_id, KEY, store_url=store_url)
+    return Deployment(config_dir, data_dir)
+
+
+def _died_mid_delivery(deployment: Deployment, conversation_id: str, runs: int = 2) -> str:
+    """Captures whose delivery started (it took the hint mark) and then died."""
+    with Host(deployment.config_dir, deployment.data_dir) as host:
+        for run in range(runs):
+            host.capture(run_event(conversation_id, run, OWNER))
+    key = ids.conversation_key(conversation_id)
+    hint_marks.taken_in(deployment.store(), deployment.layout, key)
+    return key
+
+
+def _stranded_view(deployment: Deployment) -> dict[str, Any]:
+    """The view once the conversation is past its bound (a look every 0.1 s)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        view = status_view(deployment)
+        if view["stranded"]["count"] or time.monotonic() > deadline:
+            return view
+        time.sleep(0.1)
+
+
+def test_a_stranded_conversation_is_counted_named_turns_the_verdict_and_clears(
+    deployment: Deployment,
+) -> None:
+    _died_mid_delivery(deployment, "conv-stranded")
+    view = _stranded_view(deployment)
+    found = view["stranded"]
+    assert found["count"] == 1, found
+    assert found["conversations"][0]["conversation_id"] == "conv-stranded"
+    assert 0 < found["oldest_past_bound_s"] < status_stranded.FAILING_PAST_S
+    reason = next(r for r in view["health"]["reasons"] if "nothing queued or running" in r)
+    assert reason.endswith(": conv-stranded")
+    assert view["health"]["verdict"] in (health.DEGRADED, health.STALLED, health.FAILING)
+    assert ("stranded", "count", "1") in render.rows(view)
+    assert "memhoncho_stranded_conversations 1.0" in render.prometheus(view)
+
+    deliver_conversation(deployment, "conv-stranded")
+    cleared = status_view(deployment)
+    assert cleared["stranded"] == {
+        "state": "ok",
+        "count": 0,
+        "oldest_past_bound_s": 0.0,
+        "conversations": [],
+    }
+    assert not any("nothing queued or running" in r for r in cleared["health"]["reasons"])
+    assert doctor_stranded.finding(deployment)[0] == doctor_stranded.PASS
+
+
+def test_more_than_a_minute_past_its_bound_fails_the_verdict_and_doctor_naming_it(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _died_mid_delivery(deployment, "conv-late")
+    view = _stranded_view(deployment)
+    assert view["stranded"]["count"] == 1
+    later = time.time() + status_stranded.FAILING_PAST_S + 5
+    view["stranded"] = status_stranded.bucket(deployment, deployment.settings(), now=later)
+    verdict = health.verdict(view, deployment.settings())
+    assert verdict["verdict"] == health.FAILING
+    assert any(
+        r.endswith("conv-late (does a worker of this deployment run?)") for r in verdict["reasons"]
+    )
+
+    verdict_now, detail, _ = doctor_stranded.finding(deployment)
+    assert verdict_now == doctor_stranded.WARN, detail  # the watchdog's next look takes it
+    monkeypatch.setattr(doctor_stranded, "GRACE_S", 0.0)
+    verdict_late, detail, action = doctor_stranded.finding(deployment)
+    assert verdict_late == doctor_stranded.FAIL
+    assert detail.endswith(": conv-late") and "worker" in action
+
+
+def test_a_running_delivery_or_a_waiting_hint_is_not_stranded(deployment: Deployment) -> None:
+    key = _died_mid_delivery(deployment, "conv-busy")
+    store, settings = deployment.store(), deployment.settings()
+    assert _stranded_view(deployment)["stranded"]["count"] == 1
+    with store.conversation_lock(key, timeout_s=0):  # a live delivery holds it
+        assert stranded.find(store, settings) == []
+    assert hint_marks.claim_in(store, deployment.layout, key)  # a hint now waits
+    assert stranded.find(store, settings) == []
+    stale = time.time() + hint_marks.STALE_S + stranded.SETTLE_S + 1
+    assert [s.key for s in stranded.find(store, settings, now=stale)] == [key]
+
+
+def test_a_send_that_may_have_landed_is_stranded_only_past_its_fence(
+    deployment: Deployment,
+) -> None:
+    key = _died_mid_delivery(deployment, "conv-fenced")
+    store, settings = deployment.store(), deployment.settings()
+    started = time.time()
+    ledger = store.read_ledger(key)
+    assert ledger is None
+    from memhoncho.models import Ledger
+
+    store.write_ledger(
+        key,
+        Ledger(conversation_id="conv-fenced", in_flight=["x"], in_flight_since=started),
+    )
+    fence_end = started + settings.honcho_timeout_s + settings.send_settle_s
+    assert stranded.find(store, settings, now=fence_end - 1) == []
+    found = stranded.find(store, settings, now=fence_end + stranded.SETTLE_S + 1)
+    assert [(s.conversation_id, s.bound_at) for s in found] == [("conv-fenced", fence_end)]
