@@ -47,7 +47,7 @@ SETTLE_S = 0.8  # seconds: the fence's settle margin (the fence: 0.5 + 0.8 > FAU
 pytestmark = pytest.mark.standin(api_key=KEY)
 
 
-#: for a test that plans a timeout or waits for a fence to open (the fence is the timeout + SETTLE_S)
+#: for a test that plans a timeout or waits for a fence to open (the timeout + SETTLE_S)
 fast_timeout = pytest.mark.parametrize("honcho_timeout_s", [FAST_TIMEOUT_S], ids=["fast-timeout"])
 
 
