@@ -97,7 +97,7 @@ def test_no_failing_verdict_without_a_conversation_that_keeps_failing(
 def test_status_fails_while_honcho_refuses_and_clears_once_the_parked_one_delivered(
     config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str
 ) -> None:
-    point_at_standin(config_dir, standin, workspace_id, KEY, honcho_timeout_s=1.0)
+    point_at_standin(config_dir, standin, workspace_id, KEY, honcho_timeout_s=10.0)
     deployment = Deployment(config_dir, data_dir)
     with Host(config_dir, data_dir) as host:
         host.capture(run_event(CONVERSATION, 0, OWNER))
