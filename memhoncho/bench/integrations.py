@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from memhoncho import ids
 from memhoncho.bench.figures import latency_figures
-from memhoncho.bench.streamed_turns import STREAMED, FirstChunks
+from memhoncho.bench.streamed_turns import STREAMED, FirstChunks, one_node_graph
 from memhoncho.capture.host import Host
 from memhoncho.models import Snapshot
 from memhoncho.testing.config import write_api_key, write_settings
@@ -118,8 +118,6 @@ def langgraph_turn(host: Host | None) -> Turn:
     from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
     from langchain_core.messages import AIMessage
     from langchain_core.runnables import RunnableConfig
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.graph import END, START, MessagesState, StateGraph
 
     from memhoncho.integrations.langgraph import HonchoMemory
 
@@ -127,14 +125,7 @@ def langgraph_turn(host: Host | None) -> Turn:
     chat = FakeMessagesListChatModel(responses=[AIMessage("Noted.")])
     model = memory.model(chat) if memory is not None else chat
 
-    def agent(state: Any, config: RunnableConfig) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"], config)]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_edge(START, "agent")
-    builder.add_edge("agent", END)
-    graph = builder.compile(checkpointer=InMemorySaver())
+    graph = one_node_graph(model)
 
     def turn(conversation: str, text: str) -> object:
         config: RunnableConfig = {"configurable": {"thread_id": conversation}}

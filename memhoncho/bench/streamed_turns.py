@@ -89,17 +89,11 @@ def openai_agents_streamed(host: Host | None, first: FirstChunks) -> Turn:
     return lambda conversation, text: asyncio.run(read(conversation, text))
 
 
-def langgraph_streamed(host: Host | None, first: FirstChunks) -> Turn:
-    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+def one_node_graph(model: Any) -> Any:
+    """The smallest checkpointed chat graph: one node calling ``model``, as the docs' example."""
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.graph import END, START, MessagesState, StateGraph
-
-    from memhoncho.integrations.langgraph import HonchoMemory
-
-    memory = HonchoMemory(host, OWNER) if host is not None else None
-    chat = FakeListChatModel(responses=["Noted, and kept in mind."])  # streams by character
-    model = memory.model(chat) if memory is not None else chat
 
     def agent(state: Any, config: RunnableConfig) -> dict[str, Any]:
         return {"messages": [model.invoke(state["messages"], config)]}
@@ -108,7 +102,20 @@ def langgraph_streamed(host: Host | None, first: FirstChunks) -> Turn:
     builder.add_node("agent", agent)
     builder.add_edge(START, "agent")
     builder.add_edge("agent", END)
-    graph = builder.compile(checkpointer=InMemorySaver())
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def langgraph_streamed(host: Host | None, first: FirstChunks) -> Turn:
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.runnables import RunnableConfig
+
+    from memhoncho.integrations.langgraph import HonchoMemory
+
+    memory = HonchoMemory(host, OWNER) if host is not None else None
+    chat = FakeListChatModel(responses=["Noted, and kept in mind."])  # streams by character
+    model = memory.model(chat) if memory is not None else chat
+
+    graph = one_node_graph(model)
 
     def turn(conversation: str, text: str) -> object:
         config: RunnableConfig = {"configurable": {"thread_id": conversation}}
