@@ -77,6 +77,19 @@ def test_uninstall_leaves_the_users_other_settings_as_they_were(project: Path) -
     assert json.loads((project / ".mcp.json").read_text()) == USERS_MCP
 
 
+def test_uninstall_removes_the_files_install_created_rather_than_leave_them_empty(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "new-project"
+    project.mkdir()
+    memhoncho("claude-code", "install", "--project", str(project), cwd=project)
+    assert (project / ".claude" / "settings.json").exists() and (project / ".mcp.json").exists()
+    done = memhoncho("claude-code", "uninstall", "--project", str(project), cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert not (project / ".claude" / "settings.json").exists()
+    assert not (project / ".mcp.json").exists()
+
+
 def test_a_settings_file_that_is_not_json_is_refused_and_left_untouched(project: Path) -> None:
     broken = project / ".claude" / "settings.json"
     broken.write_text('{"model": "opus",')
@@ -192,5 +205,6 @@ def test_claude_config_dir_moves_the_user_settings_and_the_mcp_servers(tmp_path:
     assert set(servers) == {"memhoncho"}
     assert not (tmp_path / "home" / ".claude").exists()
     assert not (tmp_path / "home" / ".claude.json").exists()
-    as_user(env, "claude-code", "uninstall")
-    assert json.loads((tmp_path / "claude-config" / "settings.json").read_text()) == {}
+    as_user(env, "claude-code", "uninstall")  # what install created alone is removed
+    assert not (tmp_path / "claude-config" / "settings.json").exists()
+    assert not (tmp_path / "claude-config" / ".claude.json").exists()

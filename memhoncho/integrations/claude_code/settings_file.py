@@ -114,6 +114,15 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     atomic.write_bytes(path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
 
 
+def _write_or_remove(path: Path, data: dict[str, Any]) -> None:
+    """``_write``, except that a file memhoncho's entries alone filled is removed, not left
+    as ``{}`` (to Claude Code an empty settings file and none are the same)."""
+    if data:
+        _write(path, data)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _ours(group: object) -> bool:
     hooks = group.get("hooks") if isinstance(group, dict) else None
     return isinstance(hooks, list) and any(
@@ -161,7 +170,7 @@ def uninstall(places: Places) -> bool:
     settings = _read(places.settings)
     cleaned = _without_ours(settings)
     if cleaned != settings:
-        _write(places.settings, cleaned)
+        _write_or_remove(places.settings, cleaned)
         changed = True
     mcp = _read(places.mcp)
     servers = mcp.get("mcpServers")
@@ -170,7 +179,7 @@ def uninstall(places: Places) -> bool:
         mcp = {k: v for k, v in mcp.items() if k != "mcpServers"}
         if rest:
             mcp["mcpServers"] = rest
-        _write(places.mcp, mcp)
+        _write_or_remove(places.mcp, mcp)
         changed = True
     return changed
 
