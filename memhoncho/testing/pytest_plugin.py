@@ -88,6 +88,16 @@ def settings() -> dict[str, Any]:
 
 
 @pytest.fixture
+def honcho_timeout_s() -> float:
+    """The Honcho client timeout for a ``settings`` fixture to write: a calm 10 s, so a loaded
+    machine's slow answer is no fault a test did not plan. A test that plans a timeout (or
+    waits for a fence) parametrizes it: ``@pytest.mark.parametrize("honcho_timeout_s", [0.5])``.
+    (A 0.5 s timeout for a whole module failed CI's full-disk test: under load the session
+    set-up took longer.)"""
+    return 10.0
+
+
+@pytest.fixture
 def standin_settings(config_dir: Path, standin: HonchoStandIn, workspace_id: str) -> SettingsWriter:
     from memhoncho.testing.config import point_at_standin
 

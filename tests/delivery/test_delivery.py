@@ -39,7 +39,6 @@ KEY = "sk-delivery-test-key"
 CONVERSATION = "conv-1"
 OWNER = "ana@example.com"
 FAST_TIMEOUT_S = 0.5  # seconds: the client's Honcho timeout where a timeout fault is planned
-CALM_TIMEOUT_S = 10.0  # seconds: elsewhere, so a loaded machine's slow answer is no planned fault
 FAULT_SLEEP_S = 1.0  # seconds a timeout fault holds the request: past FAST_TIMEOUT_S
 SETTLE_S = 0.8  # seconds: the fence's settle margin (the fence: 0.5 + 0.8 > FAULT_SLEEP_S)
 
@@ -47,18 +46,9 @@ SETTLE_S = 0.8  # seconds: the fence's settle margin (the fence: 0.5 + 0.8 > FAU
 pytestmark = pytest.mark.standin(api_key=KEY)
 
 
-#: for a test that plans a timeout or waits for a fence to open (the timeout + SETTLE_S)
+#: for a test that plans a timeout or waits for a fence to open (the timeout + SETTLE_S); the
+#: others take the calm ``honcho_timeout_s`` fixture (memhoncho.testing.pytest_plugin)
 fast_timeout = pytest.mark.parametrize("honcho_timeout_s", [FAST_TIMEOUT_S], ids=["fast-timeout"])
-
-
-@pytest.fixture
-def honcho_timeout_s() -> float:
-    """The client's timeout: calm unless the test is marked ``fast_timeout``.
-
-    A 0.5 s timeout everywhere failed CI's full-disk test: at load 25 the stand-in took longer to
-    answer the session set-up, and the test saw ``HonchoTimeout`` where it planned a full disk.
-    """
-    return CALM_TIMEOUT_S
 
 
 @pytest.fixture

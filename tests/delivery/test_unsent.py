@@ -28,17 +28,10 @@ KEY = "sk-unsent-test-key"
 CONVERSATION = "conv-1"
 OWNER = "ana@example.com"
 TIMEOUT_S = 0.5  # seconds: the client's timeout, for the whole request, where a test plans one
-CALM_TIMEOUT_S = 10.0  # seconds: elsewhere, so a loaded machine's slow answer is no planned fault
 SETTLE_S = 1.0  # seconds: the fence's settle margin
 TRICKLE_S = 2.5  # seconds a trickled answer takes: five times the timeout
 
 pytestmark = pytest.mark.standin(api_key=KEY)
-
-
-@pytest.fixture
-def honcho_timeout_s() -> float:
-    """Calm unless a test plans a timeout (as in tests/delivery/test_delivery.py)."""
-    return CALM_TIMEOUT_S
 
 
 @pytest.fixture
