@@ -416,11 +416,14 @@ def test_a_failed_send_is_not_reconciled_or_resent_before_its_fence_opens(
     assert mark.in_flight_since is not None and started <= mark.in_flight_since <= time.time()
     requests = standin.request_count()
 
+    asked = time.time()
     with pytest.raises(InFlightSettling) as settling:
         deliver_conversation(deployment, CONVERSATION)
+    answered = time.time()
     opens_at = mark.in_flight_since + fence.window_s(deployment.settings())
     assert fence.window_s(deployment.settings()) == FAST_TIMEOUT_S + SETTLE_S
-    assert settling.value.wait_s == pytest.approx(opens_at - time.time(), abs=0.2)
+    # the time left when it was asked, whatever the machine's load made the call take
+    assert opens_at - answered <= settling.value.wait_s <= opens_at - asked
     assert standin.request_count() == requests  # not a read, not a send
     assert ledger(deployment).in_flight == mark.in_flight
 
