@@ -1,12 +1,13 @@
 """Which export a path is, and its conversations read as a stream.
 
 A folder is Claude Code's projects folder; a zip holds ``conversations.json`` (ChatGPT's and
-Claude.ai's exports both do); a JSON array is ChatGPT's or Claude.ai's ``conversations.json``,
-told apart by its first conversation (``mapping`` or ``chat_messages``); lines of JSON objects
-are the generic JSONL. JSON arrays are read with ijson, one conversation at a time, so a 1 GB
-export never sits in memory. A conversation that cannot be read is yielded as ``Broken`` (where
-and why) and the rest go on; an export that ends early stops with a ``Broken`` saying where.
-How far the reading is (``Extent``: bytes read of the export's size) comes from the open file's
+Claude.ai's exports both do), read up to the cut when the zip was cut short (``cut_zip``); a
+JSON array is ChatGPT's or Claude.ai's ``conversations.json``, told apart by its first
+conversation (``mapping`` or ``chat_messages``); lines of JSON objects are the generic JSONL.
+JSON arrays are read with ijson, one conversation at a time, so a 1 GB export never sits in
+memory. A conversation that cannot be read is yielded as ``Broken`` (where and why) and the
+rest go on; an export that ends early stops with a ``Broken`` saying where. How far the
+reading is (``Extent``: bytes read of the export's size) comes from the open file's
 own position, so the progress bar costs no second read.
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from memhoncho.errors import ImportFormat, ImportUnreadable
-from memhoncho.imports import chatgpt, claude_ai, claude_code_folder, jsonl
+from memhoncho.imports import chatgpt, claude_ai, claude_code_folder, cut_zip, jsonl
 from memhoncho.imports.extent import Extent
 from memhoncho.imports.model import Conversation
 
@@ -91,23 +92,48 @@ def _opened(path: Path, extent: Extent | None = None) -> Iterator[IO[bytes]]:
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as archive:
-                names = [
-                    n for n in archive.namelist() if n.rsplit("/", 1)[-1] == CONVERSATIONS_JSON
-                ]
+                names = [n for n in archive.namelist() if _is_conversations_json(n)]
                 if not names:
                     raise ImportFormat(f"{path} holds no {CONVERSATIONS_JSON}", path=str(path))
                 name = min(names, key=len)
                 with archive.open(name) as member:
                     extent.total, extent.tell = archive.getinfo(name).file_size, member.tell
                     yield member
+        elif _starts_like_a_zip(path):  # a zip without its end: a download cut short
+            with _cut_zip_member(path, extent) as member:
+                yield member
         elif path.suffix == ".zip":
-            raise ImportUnreadable(f"{path} is not a whole zip (truncated?)", path=str(path))
+            raise ImportUnreadable(f"{path} is not a zip", path=str(path))
         else:
             with open(path, "rb") as handle:
                 extent.total, extent.tell = os.fstat(handle.fileno()).st_size, handle.tell
                 yield handle
     except (OSError, zipfile.BadZipFile, EOFError) as exc:
         raise ImportUnreadable(f"{path} cannot be read: {type(exc).__name__}") from None
+
+
+def _starts_like_a_zip(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(len(cut_zip.LOCAL_SIGNATURE)) == cut_zip.LOCAL_SIGNATURE
+
+
+@contextmanager
+def _cut_zip_member(path: Path, extent: Extent) -> Iterator[IO[bytes]]:
+    """The ``conversations.json`` of a zip that lost its end (a download cut short), read up
+    to the cut (``cut_zip``); ImportUnreadable when the cut comes before it."""
+    with open(path, "rb") as handle:
+        member = cut_zip.find(handle, _is_conversations_json)
+        if member is None:
+            raise ImportUnreadable(
+                f"{path} is a zip cut short before its {CONVERSATIONS_JSON}: download it again",
+                path=str(path),
+            )
+        extent.total, extent.tell = os.fstat(handle.fileno()).st_size, handle.tell
+        yield member
+
+
+def _is_conversations_json(name: str) -> bool:
+    return name.rsplit("/", 1)[-1] == CONVERSATIONS_JSON
 
 
 def _first_item(path: Path) -> Any:

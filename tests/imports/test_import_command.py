@@ -147,20 +147,6 @@ def test_an_export_that_cannot_be_read_at_all_is_refused_with_exit_2_and_nothing
     assert json.loads(done.stderr)["code"] == code
 
 
-def test_a_zip_cut_short_is_unreadable_not_half_imported(
-    deployment: Deployment, tmp_path: Path
-) -> None:
-    json_path = exports.write_array(
-        tmp_path / "conversations.json", [exports.chatgpt_conversation(c, 2) for c in range(5)]
-    )
-    zipped = tmp_path / "export.zip"
-    with zipfile.ZipFile(zipped, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.write(json_path, "conversations.json")
-    zipped.write_bytes(zipped.read_bytes()[:-200])  # the central directory is lost
-    done = memhoncho(deployment, str(zipped))
-    assert done.returncode == 2 and json.loads(done.stderr)["code"] == "ERR_IMPORT_UNREADABLE"
-
-
 def test_the_status_view_shows_the_newest_imports_progress(
     deployment: Deployment, tmp_path: Path
 ) -> None:
