@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from memhoncho.cli.progress import Measure
     from memhoncho.imports.extent import Extent
-    from memhoncho.imports.runner import Options, Summary
+    from memhoncho.imports.runner import Options, Stored, Summary
 
 FORMATS = ("chatgpt", "claude-code", "claude-ai", "jsonl")
 FINDING = 1  # some part of the export was broken or some run refused: said in the summary
@@ -105,11 +105,23 @@ def _run(
     from memhoncho.imports.runner import run_import
 
     if args.dry_run:
-        return run_import(None, Path(args.path), args.format, options, progress)
+        return run_import(None, Path(args.path), args.format, options, progress, _stored(args))
     from memhoncho.capture.host import Host
 
     with Host(args.config_dir, args.data_dir, hints=False, init=args.init or None) as host:
         return run_import(host, Path(args.path), args.format, options, progress)
+
+
+def _stored(args: argparse.Namespace) -> Stored | None:
+    """A dry run's look at what is stored already; None before the data directory is
+    initialised (nothing is stored: every run would be captured)."""
+    from memhoncho.deployment import Deployment, identity
+    from memhoncho.imports.runner import stored_batches
+
+    deployment = Deployment.from_dirs(args.config_dir, args.data_dir)
+    if identity(deployment.data_dir) is None:
+        return None
+    return stored_batches(deployment.store())
 
 
 def _progress_since(started: float, measure: Measure) -> Callable[[Summary, Extent], None]:

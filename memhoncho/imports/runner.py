@@ -25,6 +25,7 @@ from memhoncho.models import CaptureStatus, parse_happened_at
 
 if TYPE_CHECKING:
     from memhoncho.capture.host import Host
+    from memhoncho.store.base import Store
 
 BATCH_RUNS = 500  # runs of one conversation written with one fsync
 
@@ -73,15 +74,37 @@ class Summary:
         }
 
 
+#: a conversation id -> the batch ids the store already holds for it (outbox or delivered)
+Stored = Callable[[str], set[str]]
+
+
+def stored_batches(store: Store) -> Stored:
+    """What a dry run asks the store: the batches a capture would answer ``duplicate`` for,
+    those in the outbox and those the ledger's window says were delivered (read only)."""
+    from memhoncho import ids
+
+    def batches(conversation_id: str) -> set[str]:
+        key = ids.conversation_key(conversation_id)
+        found = {str(record["batch_id"]) for record in store.records(key)}
+        ledger = store.read_ledger(key)
+        if ledger is not None:
+            found.update(ledger.delivered_batches)
+        return found
+
+    return batches
+
+
 def run_import(
     host: Host | None,
     path: Path,
     fmt: str | None,
     options: Options,
     progress: Callable[[Summary, Extent], None] | None = None,
+    stored: Stored | None = None,
 ) -> Summary:
     """Import ``path`` (its format detected unless ``fmt``); ``host`` None only when dry.
-    ``progress`` is called after each conversation, with how far the export has been read."""
+    ``progress`` is called after each conversation, with how far the export has been read;
+    ``stored`` (dry) tells the runs already stored, counted ``duplicate`` as the import would."""
     found = fmt or source.detect(path)
     summary = Summary(str(path), found, options.dry_run)
     record = (
@@ -97,7 +120,7 @@ def run_import(
             summary.broken.append({"where": item.where, "reason": item.reason})
             summary.count("broken")
             continue
-        summary.conversations.append(_conversation(host, item, options, summary))
+        summary.conversations.append(_conversation(host, item, options, summary, stored))
         if progress is not None:
             progress(summary, extent)
         if record is not None:
@@ -108,8 +131,14 @@ def run_import(
 
 
 def _conversation(
-    host: Host | None, conversation: Conversation, options: Options, summary: Summary
+    host: Host | None,
+    conversation: Conversation,
+    options: Options,
+    summary: Summary,
+    stored: Stored | None = None,
 ) -> dict[str, Any]:
+    from memhoncho.capture.record import batch_id
+
     counts: dict[str, int] = {}
 
     def count(what: str) -> None:
@@ -124,11 +153,14 @@ def _conversation(
         except ForkRefused:
             pass  # recorded by an earlier import or a hook, or the session already began
     chosen: list[Run] = []
+    dry = options.dry_run or host is None
+    known = stored(prefix + conversation.conversation_id) if dry and stored else set()
     for run in conversation.runs:
         if options.since is not None and not _since(run, options.since):
             count("before-since")
-        elif options.dry_run or host is None:
-            count("would-capture")
+        elif dry:
+            stays = batch_id(prefix + run.conversation_id, run.run_id) in known
+            count("duplicate" if stays else "would-capture")
         else:
             chosen.append(run)
     for start in range(0, len(chosen), BATCH_RUNS):

@@ -68,6 +68,21 @@ def test_a_dry_run_says_what_it_would_store_per_conversation_and_stores_nothing(
     assert records(deployment, "jl-0") == []
 
 
+def test_a_dry_run_of_a_longer_export_counts_what_is_stored_already_as_the_import_will(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "later").mkdir()
+    first = memhoncho(deployment, str(lines(tmp_path / "earlier", count=3, turns=2)), "--json")
+    assert summary_of(first)["totals"] == {"captured": 6}
+    longer = str(lines(tmp_path / "later", count=4, turns=3))  # a turn more each, and a fourth
+    dry = memhoncho(deployment, longer, "--dry-run", "--json")
+    assert summary_of(dry)["totals"] == {"duplicate": 6, "would-capture": 6}
+    assert [c.get("duplicate", 0) for c in summary_of(dry)["conversations"]] == [2, 2, 2, 0]
+    done = memhoncho(deployment, longer, "--json")
+    assert summary_of(done)["totals"] == {"duplicate": 6, "captured": 6}  # as the dry run said
+
+
 def test_since_limit_and_a_prefix_choose_what_is_imported_and_under_which_ids(
     deployment: Deployment, tmp_path: Path
 ) -> None:
@@ -224,4 +239,4 @@ def test_on_a_terminal_a_bar_shows_the_percentage_and_eta_and_json_or_a_pipe_sho
 
     piped = memhoncho(deployment, str(zipped), "--dry-run")
     assert piped.returncode == 0 and piped.stderr == ""
-    assert "would-capture" in piped.stdout
+    assert "6 duplicate" in piped.stdout  # stored already: the dry run says so too
