@@ -94,9 +94,12 @@ def flush_broker(url: str) -> None:
 
 @pytest.fixture
 def settings(standin_settings: SettingsWriter, broker_url: str) -> dict[str, Any]:
-    # the fence after an unclear send: 4 x 1.0 + 1.0 s, short, yet long enough for a
-    # stand-in starved of CPU on a loaded machine to commit a slow request first
-    return standin_settings(broker_url=broker_url, honcho_timeout_s=1.0, send_settle_s=1.0)
+    # The fence after an unclear send: the 1 s deadline, then 4 s for the stand-in to commit
+    # a send whose client gave up. The stand-in is a thread of the test's process, beside its
+    # capture threads: on CI's loaded machine (2026-12-06) a fence of 1 + 1 s let a send that
+    # timed out commit after the retry's reconcile had looked, and fifty[redis] stored 56
+    # messages twice. A real Honcho is given 30 + 30 s by default.
+    return standin_settings(broker_url=broker_url, honcho_timeout_s=1.0, send_settle_s=4.0)
 
 
 @contextlib.contextmanager
