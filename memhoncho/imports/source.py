@@ -99,37 +99,31 @@ def _opened(path: Path, extent: Extent | None = None) -> Iterator[IO[bytes]]:
                 with archive.open(name) as member:
                     extent.total, extent.tell = archive.getinfo(name).file_size, member.tell
                     yield member
-        elif _starts_like_a_zip(path):  # a zip without its end: a download cut short
-            with _cut_zip_member(path, extent) as member:
-                yield member
-        elif path.suffix == ".zip":
-            raise ImportUnreadable(f"{path} is not a zip", path=str(path))
         else:
             with open(path, "rb") as handle:
                 extent.total, extent.tell = os.fstat(handle.fileno()).st_size, handle.tell
-                yield handle
+                cut_short = handle.read(len(cut_zip.LOCAL_SIGNATURE)) == cut_zip.LOCAL_SIGNATURE
+                handle.seek(0)
+                if cut_short:  # a zip without its end: a download that stopped
+                    yield _cut_zip_member(path, handle)
+                elif path.suffix == ".zip":
+                    raise ImportUnreadable(f"{path} is not a zip", path=str(path))
+                else:
+                    yield handle
     except (OSError, zipfile.BadZipFile, EOFError) as exc:
         raise ImportUnreadable(f"{path} cannot be read: {type(exc).__name__}") from None
 
 
-def _starts_like_a_zip(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        return handle.read(len(cut_zip.LOCAL_SIGNATURE)) == cut_zip.LOCAL_SIGNATURE
-
-
-@contextmanager
-def _cut_zip_member(path: Path, extent: Extent) -> Iterator[IO[bytes]]:
-    """The ``conversations.json`` of a zip that lost its end (a download cut short), read up
-    to the cut (``cut_zip``); ImportUnreadable when the cut comes before it."""
-    with open(path, "rb") as handle:
-        member = cut_zip.find(handle, _is_conversations_json)
-        if member is None:
-            raise ImportUnreadable(
-                f"{path} is a zip cut short before its {CONVERSATIONS_JSON}: download it again",
-                path=str(path),
-            )
-        extent.total, extent.tell = os.fstat(handle.fileno()).st_size, handle.tell
-        yield member
+def _cut_zip_member(path: Path, handle: IO[bytes]) -> IO[bytes]:
+    """The ``conversations.json`` of a zip that lost its end, read up to the cut
+    (``cut_zip``); ImportUnreadable when the cut comes before it."""
+    member = cut_zip.find(handle, _is_conversations_json)
+    if member is None:
+        raise ImportUnreadable(
+            f"{path} is a zip cut short before its {CONVERSATIONS_JSON}: download it again",
+            path=str(path),
+        )
+    return member
 
 
 def _is_conversations_json(name: str) -> bool:
