@@ -70,11 +70,16 @@ def test_run_delivers_from_the_folders_it_was_given_not_the_environment_defaults
     )
     conversation = "run-dirs-c1"
     session = ids.session_id(workspace_id, conversation)
+    # the worker's own log lines carry their structured fields
+    delivered = f"action=batch_delivered conversation_key={ids.conversation_key(conversation)}"
     try:
         wait_until(lambda: "ready." in Path(log.name).read_text(errors="replace"), "the worker")
         with Host(config, data) as host:
             assert host.capture(answered_run(conversation, "r1")).enqueued
         wait_until(lambda: len(standin.messages(workspace_id, session)) == 2, "the delivery")
+        # the stand-in holds the turns before the worker records and logs them: wait for the log
+        # line too, else the stop below can kill the pool child in between (seen on CI)
+        wait_until(lambda: delivered in Path(log.name).read_text(errors="replace"), "the log")
     finally:
         _stop_group(process)
         log.close()
@@ -85,9 +90,7 @@ def test_run_delivers_from_the_folders_it_was_given_not_the_environment_defaults
     ]
     assert (data / "celerybeat-schedule").exists() or any(data.glob("celerybeat-schedule*"))
     assert not decoys[1].exists() or not any(decoys[1].rglob("*.jsonl"))
-    # the worker's own log lines carry their structured fields
-    key = ids.conversation_key(conversation)
-    assert f"action=batch_delivered conversation_key={key}" in text, text[-3000:]
+    assert delivered in text, text[-3000:]
     assert KEY not in text and "user text of r1" not in text
 
 
