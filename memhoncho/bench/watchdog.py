@@ -42,6 +42,7 @@ from memhoncho.store import hint_marks, stranded
 from memhoncho.store.base import Record, Store
 from memhoncho.store.lines import encode_line
 from memhoncho.worker import watchdog
+from memhoncho.worker.queue_depths import BusyQueues
 
 CONVERSATIONS = 100_000
 STRANDED = 100  # pending conversations with no hint waiting: the look must find these
@@ -60,7 +61,9 @@ def _stranded(conversations: int) -> set[int]:
 
 def _look(store: Store, deployment: Deployment) -> tuple[float, int]:
     started = time.perf_counter()
-    found = stranded.find(store, deployment.settings())
+    current = deployment.settings()  # the look as the watchdog makes it, broker question too
+    busy = BusyQueues(deployment, current)
+    found = stranded.find(store, current, in_busy_queue=busy)
     return time.perf_counter() - started, len(found)
 
 

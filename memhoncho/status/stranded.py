@@ -24,9 +24,11 @@ NAMED = 20
 def bucket(deployment: Deployment, current: Settings, now: float | None = None) -> dict[str, Any]:
     """``{"state", "count", "oldest_past_bound_s", "conversations": [...]}``."""
     from memhoncho.store import stranded
+    from memhoncho.worker.queue_depths import BusyQueues
 
     now = time.time() if now is None else now
-    found = stranded.find(deployment.store(), current, now=now)
+    busy = BusyQueues(deployment, current)
+    found = stranded.find(deployment.store(), current, now=now, in_busy_queue=busy)
     return {
         "state": "ok",
         "count": len(found),

@@ -8,10 +8,8 @@ delivery itself (``status.health``). Cheap: the store census is cached by file s
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Collection
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,11 +21,8 @@ from memhoncho.status import foreign_hints, health, redactions, render, stranded
 from memhoncho.status.workers import MAX_AGE_S, WorkersReader, others
 from memhoncho.store import parked
 from memhoncho.store.base import Census
-from memhoncho.worker import routing
+from memhoncho.worker import queue_depths
 
-BROKER_TIMEOUT_S = 0.5  # seconds; a broker that is down answers "degraded", not a hang
-REDIS_PRIORITY_SEP = "\x06\x16"  # kombu's Redis transport: queue key of priority n is q+sep+n
-REDIS_PRIORITY_STEPS = (0, 3, 6, 9)
 OK = "ok"
 DEGRADED = "degraded"
 
@@ -190,81 +185,18 @@ def hooks_bucket(deployment: Deployment) -> dict[str, Any]:
 
 
 def queue_names(current: Settings) -> list[str]:
-    return [
-        *routing.deliver_queues(current.partitions),
-        routing.RECALL_QUEUE,
-        routing.MAINTENANCE_QUEUE,
-    ]
-
-
-def _redis_depths(url: str, names: list[str]) -> dict[str, int]:
-    import redis
-
-    client = redis.Redis.from_url(
-        url, socket_connect_timeout=BROKER_TIMEOUT_S, socket_timeout=BROKER_TIMEOUT_S
-    )
-    try:
-        pipe = client.pipeline(transaction=False)
-        for name in names:
-            for pri in REDIS_PRIORITY_STEPS:
-                pipe.llen(f"{name}{REDIS_PRIORITY_SEP}{pri}" if pri else name)
-        sizes = pipe.execute()
-    finally:
-        client.close()
-    steps = len(REDIS_PRIORITY_STEPS)
-    return {name: sum(sizes[i * steps : (i + 1) * steps]) for i, name in enumerate(names)}
-
-
-AMQP_TIMEOUT_S = 2.0  # seconds to connect to RabbitMQ for the depths before "unreachable"
-
-
-def amqp_depths(url: str, names: list[str], timeout_s: float = AMQP_TIMEOUT_S) -> dict[str, int]:
-    """Each queue's ready messages by a passive ``queue.declare`` (AMQP itself, no management
-    plugin needed); a queue not declared yet (no worker or host used it) holds 0."""
-    import kombu
-
-    depths: dict[str, int] = {}
-    with kombu.Connection(
-        url, connect_timeout=timeout_s, transport_options={"max_retries": 0}
-    ) as conn:
-        conn.ensure_connection(max_retries=1)
-        channel = conn.channel()
-        for name in names:
-            try:
-                depths[name] = int(channel.queue_declare(name, passive=True).message_count)
-            except conn.channel_errors:  # 404: not declared; the server closed the channel
-                depths[name] = 0
-                channel = conn.channel()
-    return depths
-
-
-def _filesystem_depths(queue_dir: Path, names: list[str]) -> dict[str, int]:
-    """kombu's filesystem transport names a message ``<ms>_<uuid>.<queue>.msg``."""
-    depths = dict.fromkeys(names, 0)
-    with os.scandir(queue_dir) as entries:
-        for entry in entries:
-            queue = entry.name.partition(".")[2]
-            if queue.endswith(".msg") and queue[:-4] in depths:
-                depths[queue[:-4]] += 1
-    return depths
+    return queue_depths.queue_names(current)
 
 
 def queues_bucket(deployment: Deployment, current: Settings) -> dict[str, Any]:
-    names = queue_names(current)
+    """Each queue's waiting messages, asked of the broker (``worker/queue_depths.py``)."""
     kind = broker_kind(current)
-    try:
-        if kind == "redis":
-            assert current.broker_url is not None
-            depths = _redis_depths(current.broker_url, names)
-        elif kind == "rabbitmq":
-            assert current.broker_url is not None
-            depths = amqp_depths(current.broker_url, names)
-        elif kind == "embedded":
-            depths = _filesystem_depths(deployment.layout.broker_dir / "queue", names)
-        else:
-            return _bucket(["queue depths are read from Redis only (not RabbitMQ)"], depths=None)
-    except FileNotFoundError:
+    if kind == "embedded" and not (deployment.layout.broker_dir / "queue").is_dir():
         return _bucket(["the embedded broker's queue folder does not exist yet"], depths=None)
+    try:
+        depths = queue_depths.read(deployment, current, queue_names(current))
+    except queue_depths.DepthsUnknown as exc:
+        return _bucket([str(exc)], depths=None)
     except Exception as exc:
         return _bucket([f"broker unreachable ({type(exc).__name__})"], depths=None)
     return _bucket([], broker=kind, depths=depths, total=sum(depths.values()))

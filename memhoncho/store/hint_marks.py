@@ -148,6 +148,17 @@ def release_in(store: object, layout: Layout, key: str) -> None:
         release(layout, key)
 
 
+def renew_in(store: object, layout: Layout, key: str) -> None:
+    """A worker took the mark's hint from its queue (``worker/tasks.py``'s ``task_received``):
+    the hint no longer shows in the queue's depth, and its task may still wait for a free pool
+    process, so its age counts from now. A mark already taken stays taken."""
+    renew_hint = getattr(store, "renew_hint", None)
+    if renew_hint is not None:
+        renew_hint(key)
+    else:
+        renew(layout, key)
+
+
 def marks(layout: Layout) -> dict[str, float]:
     """Every waiting mark and its mtime (when its hint was published or last renewed)."""
     found: dict[str, float] = {}

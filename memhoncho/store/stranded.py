@@ -7,7 +7,12 @@ says which conversations are in that state, from what the store already keeps, s
 watchdog (``worker/watchdog.py``) can enqueue them again and the status view can name them.
 
 A conversation is stranded when, past its *bound*, it still has pending records and
-- no hint waits for it: no hint mark, or one older than ``hint_marks.STALE_S`` (presumed lost);
+- no hint waits for it: no hint mark, or one older than ``hint_marks.STALE_S`` (presumed lost)
+  while its delivery queue is empty. A hint behind a backlog waits longer than ``STALE_S``
+  without being lost: while the conversation's queue holds messages (``in_busy_queue``, asked
+  of the broker once a look and only when a mark is old), its mark is presumed lost only after
+  ``QUEUED_MAX_S``. Without that, a backlog of N conversations had each one enqueued again
+  every look and counted stranded while its first hint still waited;
 - no delivery runs for it: its conversation lock is free. The lock is the kernel's ``flock``
   (or PostgreSQL's session advisory lock), released when its holder dies, so a killed worker's
   delivery never looks alive and a live one always does; no heartbeat needs to be written.
@@ -34,6 +39,7 @@ watchdog`` measures a look at 100,000 conversations on both stores.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from memhoncho import ids
@@ -47,6 +53,9 @@ FAILED_GRACE_S = 60.0
 #: seconds a conversation may sit past its bound before it is counted: room for a hint in
 #: flight between two tasks (a delivery's follow-up, a lock retry) that holds no mark
 SETTLE_S = 2.0
+#: seconds a hint mark is presumed to wait in a queue that holds messages before it is
+#: presumed lost: a backlog drains well within it, and a hint lost behind one is found then
+QUEUED_MAX_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -62,26 +71,41 @@ class Stranded:
         return max(0.0, now - self.bound_at)
 
 
-def find(store: Store, settings: Settings, *, now: float | None = None) -> list[Stranded]:
-    """The stranded conversations, longest stranded first."""
+def find(
+    store: Store,
+    settings: Settings,
+    *,
+    now: float | None = None,
+    in_busy_queue: Callable[[str], bool] | None = None,
+) -> list[Stranded]:
+    """The stranded conversations, longest stranded first.
+
+    ``in_busy_queue(conversation_id)``: whether the conversation's delivery queue holds
+    messages (``worker.queue_depths.BusyQueues``; the store does not import the broker's
+    stage). Without it every queue is taken as idle."""
     now = time.time() if now is None else now
     fence_s = _fence_s(settings)
     found = []
     for p in store.pending_conversations(hinted_after=now - hint_marks.STALE_S):
         bound = p.oldest_pending_at
-        if p.hint_at is not None:  # a mark older than STALE_S: its hint is presumed lost
-            bound = max(bound, p.hint_at + hint_marks.STALE_S)
         if p.in_flight_since is not None:  # a send that may land: wait for its fence
             bound = max(bound, p.in_flight_since + fence_s)
         if p.failed_at is not None:  # the failed task's own retry is presumed queued
             bound = max(bound, p.failed_at + FAILED_GRACE_S)
         if p.last_delivered_at is not None:
             bound = max(bound, p.last_delivered_at)
+        if p.hint_at is not None:  # a mark older than STALE_S: its hint is presumed lost
+            bound = max(bound, p.hint_at + hint_marks.STALE_S)
         if bound + SETTLE_S > now or _running(store, p.key):
             continue
         conversation_id = p.conversation_id or _conversation_id(store, p.key)
-        if conversation_id is not None:
-            found.append(Stranded(p.key, conversation_id, bound, p.oldest_pending_at))
+        if conversation_id is None:
+            continue
+        if p.hint_at is not None and in_busy_queue is not None and in_busy_queue(conversation_id):
+            bound = max(bound, p.hint_at + QUEUED_MAX_S)  # it waits behind the others
+            if bound + SETTLE_S > now:
+                continue
+        found.append(Stranded(p.key, conversation_id, bound, p.oldest_pending_at))
     return sorted(found, key=lambda s: s.bound_at)
 
 

@@ -44,6 +44,28 @@ def _close_honcho_clients(**_: Any) -> None:
     adapter.close_clients()
 
 
+@signals.task_received.connect(weak=False, dispatch_uid="memhoncho.worker.tasks.hint_received")
+def _hint_received(request: Any = None, **_: Any) -> None:
+    """A delivery hint left its queue for this worker: its mark's age counts from now.
+
+    In the worker's main process, as the message arrives. The task may wait for a free pool
+    process yet, shown neither in the queue's depth nor by a held lock, so without this the
+    stranded look (``store/stranded.py``) would call its mark lost. A retry with an ETA is
+    left alone: it waits by design, and its conversation's own bound covers it."""
+    if request is None or request.name != routing.DELIVER_TASK or request.eta:
+        return
+    from memhoncho import ids
+    from memhoncho.store import hint_marks
+
+    try:
+        conversation_id = request.args[0]
+        deployment = task_context(request.app)
+        key = ids.conversation_key(conversation_id)
+        hint_marks.renew_in(deployment.store(), deployment.layout, key)
+    except Exception:  # noqa: BLE001 - an economy: without it a mark may look lost sooner
+        log.debug("hint mark not renewed", extra={"action": "hint_renew_failed"})
+
+
 def _retry_or_give_up(
     task: Any,
     exc: MemhonchoError,

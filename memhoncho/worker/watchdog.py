@@ -103,11 +103,13 @@ def scan(deployment: Deployment, send: Callable[[str], Any]) -> list[str]:
     The conversation's hint mark is claimed first, as a capture claims it: a hint published
     meanwhile by a capture or another scanner wins, and this one is not sent."""
     from memhoncho.store import hint_marks
+    from memhoncho.worker.queue_depths import BusyQueues
 
     store = deployment.store()
     layout = deployment.layout
+    current = deployment.settings()
     enqueued = []
-    for found in stranded.find(store, deployment.settings()):
+    for found in stranded.find(store, current, in_busy_queue=BusyQueues(deployment, current)):
         if not hint_marks.claim_in(store, layout, found.key):
             continue
         try:

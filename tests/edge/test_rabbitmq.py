@@ -17,7 +17,7 @@ from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.errors import HonchoUnavailable
 from memhoncho.recall import tools
-from memhoncho.status.view import amqp_depths, queues_bucket
+from memhoncho.status.view import queues_bucket
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin, write_api_key, write_settings
 from memhoncho.testing.processes import CeleryProcess
@@ -27,6 +27,7 @@ from memhoncho.testing.seed import seed_conversation
 from memhoncho.worker import broker_check, routing
 from memhoncho.worker import remote_recall as remote
 from memhoncho.worker.app import create_app
+from memhoncho.worker.queue_depths import amqp_depths
 
 KEY = "sk-rabbitmq-edge-key"
 ANA = "ana@example.com"

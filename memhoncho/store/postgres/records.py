@@ -167,6 +167,16 @@ class PgRecords(PgConnections):
             ).fetchone()
         return row is not None
 
+    def renew_hint(self, key: str) -> None:
+        """``hint_marks.renew`` on the database's mark: a waiting hint's age counts from now;
+        no mark (its delivery took it) stays none."""
+        with self.connection() as conn:
+            conn.execute(
+                "UPDATE memhoncho_conversations SET hint_at = extract(epoch FROM clock_timestamp())"
+                " WHERE key = %s AND hint_at IS NOT NULL",
+                (key,),
+            )
+
     def release_hint(self, key: str, conversation_id: str | None = None) -> None:
         """The publish failed: no hint waits, so the next capture publishes; with
         ``conversation_id``, the outbox relay is also asked to (it tries at every look)."""
