@@ -1,0 +1,148 @@
+"""A hint that waits behind a backlog is not lost (``store/stranded.py``, ``QUEUED_MAX_S``).
+
+With no worker taking hints, a captured conversation's hint waits in its queue and its mark
+grows older than ``hint_marks.STALE_S``. While that queue holds messages the mark is not
+presumed lost: the stranded look and the status view leave it alone; once the queue is empty
+(the hint really was lost), or past ``QUEUED_MAX_S``, it is stranded. On the embedded broker,
+whose queue is a folder the test can read and empty, with the files and with PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from memhoncho import ids
+from memhoncho.capture.host import Host
+from memhoncho.deployment import Deployment
+from memhoncho.status import stranded as status_stranded
+from memhoncho.store import hint_marks, stranded
+from memhoncho.testing import HonchoStandIn
+from memhoncho.testing.config import point_at_standin
+from memhoncho.testing.runs import run_event
+from memhoncho.worker import queue_depths, routing
+
+KEY = "sk-stranded-backlog-key"
+OWNER = "ana@example.com"
+#: seconds a file's mtime may lag ``time.time()``: the kernel stamps files from a coarse clock
+COARSE_CLOCK_S = 0.02
+pytestmark = pytest.mark.standin(api_key=KEY)
+
+
+@pytest.fixture
+def deployment(
+    config_dir: Path,
+    data_dir: Path,
+    standin: HonchoStandIn,
+    workspace_id: str,
+    store_url: str | None,
+) -> Deployment:
+    point_at_standin(config_dir, standin, workspace_id, KEY, store_url=store_url)
+    return Deployment(config_dir, data_dir)
+
+
+def _queued(deployment: Deployment, conversation_id: str) -> str:
+    """One capture whose hint is published into the embedded broker and waits there."""
+    with Host(deployment.config_dir, deployment.data_dir) as host:
+        host.capture(run_event(conversation_id, 0, OWNER))
+    return ids.conversation_key(conversation_id)
+
+
+def _depth(deployment: Deployment, conversation_id: str) -> int:
+    current = deployment.settings()
+    queue = routing.deliver_queue(conversation_id, current.partitions)
+    return queue_depths.read(deployment, current, [queue])[queue]
+
+
+def _empty_queues(deployment: Deployment) -> None:
+    """What a flushed broker leaves: every hint gone, the marks still there."""
+    for message in (deployment.layout.broker_dir / "queue").glob("*.msg"):
+        message.unlink()
+
+
+def test_an_old_mark_whose_queue_holds_messages_is_not_stranded(deployment: Deployment) -> None:
+    key = _queued(deployment, "conv-queued")
+    store, current = deployment.store(), deployment.settings()
+    assert _depth(deployment, "conv-queued") == 1
+    past_stale = time.time() + hint_marks.STALE_S + stranded.SETTLE_S + 1
+    busy = queue_depths.BusyQueues(deployment, current)
+
+    assert stranded.find(store, current, now=past_stale, in_busy_queue=busy) == []
+    assert [s.key for s in stranded.find(store, current, now=past_stale)] == [key]
+    bucket = status_stranded.bucket(deployment, current, now=past_stale)
+    assert bucket["count"] == 0, bucket
+
+    past_queued_max = time.time() + stranded.QUEUED_MAX_S + stranded.SETTLE_S + 1
+    busy = queue_depths.BusyQueues(deployment, current)
+    found = stranded.find(store, current, now=past_queued_max, in_busy_queue=busy)
+    assert [s.key for s in found] == [key]
+
+
+def test_an_old_mark_whose_queue_is_empty_is_stranded(deployment: Deployment) -> None:
+    key = _queued(deployment, "conv-lost")
+    _empty_queues(deployment)
+    current = deployment.settings()
+    assert _depth(deployment, "conv-lost") == 0
+    past_stale = time.time() + hint_marks.STALE_S + stranded.SETTLE_S + 1
+    busy = queue_depths.BusyQueues(deployment, current)
+    found = stranded.find(deployment.store(), current, now=past_stale, in_busy_queue=busy)
+    assert [(s.key, s.conversation_id) for s in found] == [(key, "conv-lost")]
+    assert status_stranded.bucket(deployment, current, now=past_stale)["count"] == 1
+
+
+def test_the_broker_is_asked_once_a_look_and_not_at_all_without_an_old_mark(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(3):
+        _queued(deployment, f"conv-{n}")
+    asked: list[list[str]] = []
+    real_read = queue_depths.read
+
+    def counted(d: Deployment, c: object, names: list[str]) -> dict[str, int]:
+        asked.append(names)
+        return real_read(d, c, names)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(queue_depths, "read", counted)
+    store, current = deployment.store(), deployment.settings()
+    stranded.find(store, current, in_busy_queue=queue_depths.BusyQueues(deployment, current))
+    assert asked == []  # every mark is fresh: no question
+    past_stale = time.time() + hint_marks.STALE_S + stranded.SETTLE_S + 1
+    busy = queue_depths.BusyQueues(deployment, current)
+    assert stranded.find(store, current, now=past_stale, in_busy_queue=busy) == []
+    assert len(asked) == 1
+
+
+def test_a_broker_that_cannot_tell_leaves_the_old_rule(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = _queued(deployment, "conv-unknown")
+
+    def down(*_: object) -> dict[str, int]:
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(queue_depths, "read", down)
+    current = deployment.settings()
+    past_stale = time.time() + hint_marks.STALE_S + stranded.SETTLE_S + 1
+    busy = queue_depths.BusyQueues(deployment, current)
+    found = stranded.find(deployment.store(), current, now=past_stale, in_busy_queue=busy)
+    assert [s.key for s in found] == [key]
+
+
+def test_renew_moves_a_waiting_mark_and_never_makes_one(deployment: Deployment) -> None:
+    key = _queued(deployment, "conv-renewed")
+    store, layout, current = deployment.store(), deployment.layout, deployment.settings()
+    _empty_queues(deployment)  # the hint left the queue: a worker received it
+    later = time.time() + hint_marks.STALE_S + stranded.SETTLE_S + 1
+    (before,) = stranded.find(store, current, now=later)
+    time.sleep(0.1)
+    renewed_at = time.time() - COARSE_CLOCK_S
+    hint_marks.renew_in(store, layout, key)
+    far = time.time() + stranded.QUEUED_MAX_S
+    (after,) = stranded.find(store, current, now=far)
+    assert before.bound_at < renewed_at + hint_marks.STALE_S <= after.bound_at
+
+    hint_marks.taken_in(store, layout, key)  # its delivery started
+    hint_marks.renew_in(store, layout, key)  # a late renew makes no mark
+    assert hint_marks.claim_in(store, layout, key)  # no hint waits: a capture publishes
