@@ -6,6 +6,7 @@ Each benchmark is a module here with ``run(args) -> dict``; ``BENCHMARKS`` names
 from __future__ import annotations
 
 BENCHMARKS: dict[str, str] = {
+    "backlog": "memhoncho.bench.backlog",
     "broker": "memhoncho.bench.broker",
     "capture": "memhoncho.bench.capture",
     "claude-code": "memhoncho.bench.claude_code",
