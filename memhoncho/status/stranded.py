@@ -21,13 +21,19 @@ FAILING_PAST_S = 60.0
 NAMED = 20
 
 
-def bucket(deployment: Deployment, current: Settings, now: float | None = None) -> dict[str, Any]:
-    """``{"state", "count", "oldest_past_bound_s", "conversations": [...]}``."""
+def bucket(
+    deployment: Deployment,
+    current: Settings,
+    now: float | None = None,
+    depths: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """``{"state", "count", "oldest_past_bound_s", "conversations": [...]}``; ``depths``: the
+    queues' depths the view already read (else the broker is asked, if a mark is old)."""
     from memhoncho.store import stranded
     from memhoncho.worker.queue_depths import BusyQueues
 
     now = time.time() if now is None else now
-    busy = BusyQueues(deployment, current)
+    busy = BusyQueues(deployment, current, depths)
     found = stranded.find(deployment.store(), current, now=now, in_busy_queue=busy)
     return {
         "state": "ok",

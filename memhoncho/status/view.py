@@ -300,7 +300,10 @@ class StatusReader:
         view["parked"] = _guarded(
             "parked", lambda: _bucket([], **parked.summary(deployment.layout, now, stale_s))
         )
-        view["stranded"] = _guarded("stranded", lambda: stranded.bucket(deployment, current, now))
+        depths = view["queues"].get("depths")  # read once: the stranded look asks the same
+        view["stranded"] = _guarded(
+            "stranded", lambda: stranded.bucket(deployment, current, now, depths)
+        )
         view["foreign_hints"] = _guarded("foreign_hints", lambda: foreign_hints.bucket(deployment))
         view["last_delivery_at"] = view["last_delivery"].get("at")
         degraded = sorted(

@@ -111,10 +111,14 @@ class BusyQueues:
     nothing), and the answer kept for this look. A broker that cannot tell makes every queue
     idle: a mark is then presumed lost after ``hint_marks.STALE_S``, as without this."""
 
-    def __init__(self, deployment: Deployment, current: Settings) -> None:
+    def __init__(
+        self, deployment: Deployment, current: Settings, depths: dict[str, int] | None = None
+    ) -> None:
+        """``depths``: the queues' depths already read (the status view's ``queues`` bucket),
+        so the broker is not asked twice."""
         self.deployment = deployment
         self.current = current
-        self._depths: dict[str, int] | None = None
+        self._depths = depths
 
     def __call__(self, conversation_id: str) -> bool:
         if self._depths is None:

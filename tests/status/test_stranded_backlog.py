@@ -9,8 +9,10 @@ whose queue is a folder the test can read and empty, with the files and with Pos
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,7 @@ from memhoncho import ids
 from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.status import stranded as status_stranded
+from memhoncho.status.view import status_view
 from memhoncho.store import hint_marks, stranded
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
@@ -100,9 +103,9 @@ def test_the_broker_is_asked_once_a_look_and_not_at_all_without_an_old_mark(
     asked: list[list[str]] = []
     real_read = queue_depths.read
 
-    def counted(d: Deployment, c: object, names: list[str]) -> dict[str, int]:
+    def counted(d: Deployment, c: Any, names: list[str]) -> dict[str, int]:
         asked.append(names)
-        return real_read(d, c, names)  # type: ignore[arg-type]
+        return real_read(d, c, names)
 
     monkeypatch.setattr(queue_depths, "read", counted)
     store, current = deployment.store(), deployment.settings()
@@ -146,3 +149,51 @@ def test_renew_moves_a_waiting_mark_and_never_makes_one(deployment: Deployment) 
     hint_marks.taken_in(store, layout, key)  # its delivery started
     hint_marks.renew_in(store, layout, key)  # a late renew makes no mark
     assert hint_marks.claim_in(store, layout, key)  # no hint waits: a capture publishes
+
+
+def _age_mark(deployment: Deployment, key: str, seconds: float) -> None:
+    """Date the conversation's hint mark ``seconds`` earlier, wherever the store keeps it."""
+    store: Any = deployment.store()
+    if hasattr(store, "renew_hint"):  # PostgreSQL: the conversation's hint_at column
+        with store.connection() as conn:
+            conn.execute(
+                "UPDATE memhoncho_conversations SET hint_at = hint_at - %s WHERE key = %s",
+                (seconds, key),
+            )
+        return
+    path = hint_marks.mark_path(deployment.layout, key)
+    then = path.stat().st_mtime - seconds
+    os.utime(path, (then, then))
+
+
+def _wait_past_bound(deployment: Deployment, key: str) -> None:
+    """Until the conversation is stranded by the rule without a queue's depth: its capture
+    ``stranded.SETTLE_S`` behind (a look every 0.05 s)."""
+    store, current = deployment.store(), deployment.settings()
+    deadline = time.monotonic() + stranded.SETTLE_S + 10
+    while [s.key for s in stranded.find(store, current)] != [key]:
+        assert time.monotonic() < deadline, "never past its bound"
+        time.sleep(0.05)
+
+
+def test_the_status_view_asks_the_broker_once_for_the_queues_and_the_stranded_look(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = _queued(deployment, "conv-viewed")
+    _age_mark(deployment, key, hint_marks.STALE_S + stranded.SETTLE_S + 5)
+    _wait_past_bound(deployment, key)
+    asked: list[list[str]] = []
+    real_read = queue_depths.read
+
+    def counted(d: Deployment, c: Any, names: list[str]) -> dict[str, int]:
+        asked.append(names)
+        return real_read(d, c, names)
+
+    monkeypatch.setattr(queue_depths, "read", counted)
+    view = status_view(deployment)
+    assert view["queues"]["total"] == 1
+    assert view["stranded"]["count"] == 0, view["stranded"]  # its hint waits in the queue
+    assert len(asked) == 1
+
+    _empty_queues(deployment)  # the hint is lost: now it is stranded
+    assert status_view(deployment)["stranded"]["count"] == 1
