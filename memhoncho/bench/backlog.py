@@ -16,16 +16,13 @@ and on the embedded broker. ``--samples``: the conversations.
 from __future__ import annotations
 
 import argparse
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from memhoncho.bench.deliver import _configure, _standin_process
-from memhoncho.bench.stranded import _brokers, _flush, _messages
+from memhoncho.bench.stranded import _messages, by_broker_and_arm, scratch_deployment
 from memhoncho.capture.host import Host
-from memhoncho.deployment import Deployment, initialise
+from memhoncho.deployment import Deployment
 from memhoncho.honcho import adapter
 from memhoncho.testing import StandInControl
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
@@ -89,23 +86,11 @@ def _queues_emptied(deployment: Deployment, started: float) -> float | None:
 def _arm(
     standin: StandInControl, broker: str | None, app: str, arm: str, tag: str, count: int
 ) -> dict[str, Any]:
-    standin.reset()
-    standin.add_fault(
-        "latency_ms", latency_ms=SEND_LATENCY_MS, count=None, path_contains="/messages"
-    )
     workspace = f"bench-backlog-{tag}"
-    with tempfile.TemporaryDirectory(prefix="memhoncho-bench-backlog-") as tmp:
-        config_dir, data_dir = Path(tmp) / "config", Path(tmp) / "data"
-        values: dict[str, Any] = {
-            "base_url": standin.url,
-            "workspace_id": workspace,
-            "honcho_timeout_s": HONCHO_TIMEOUT_S,
-            "send_settle_s": SEND_SETTLE_S,
-        }
-        if broker:
-            values["broker_url"] = broker
-        _configure(config_dir, values)
-        initialise(data_dir)
+    fence = (HONCHO_TIMEOUT_S, SEND_SETTLE_S)
+    with scratch_deployment(
+        standin, broker, workspace, latency_ms=SEND_LATENCY_MS, fence=fence
+    ) as (config_dir, data_dir):
         with Host(config_dir, data_dir) as host:
             for n in range(count):
                 host.capture(run_event(f"conv-{n:04d}", 0, OWNER))
@@ -151,17 +136,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "scenario": f"{count} conversations captured with no worker running, then one worker"
         f" (prefork, {CONCURRENCY} children) drains them",
         "send_latency_ms": SEND_LATENCY_MS,
-        "brokers": {},
     }
-    with _standin_process() as standin, _brokers(args) as brokers:
-        for kind, url in brokers.items():
-            if kind.endswith("_unavailable"):
-                results["brokers"][kind] = url
-                continue
-            arms = {}
-            for arm, app in ARMS.items():
-                _flush(url)
-                arms[arm] = _arm(standin, url, app, arm, f"{kind}-{arm}", count)
-            _flush(url)
-            results["brokers"][kind] = arms
+    results["brokers"] = by_broker_and_arm(
+        args, lambda standin, url, arm, tag: _arm(standin, url, ARMS[arm], arm, tag, count), ARMS
+    )
     return results

@@ -20,7 +20,7 @@ import contextlib
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,27 +76,43 @@ class _Fleet:
             worker.stop()
 
 
-def _arm(
-    standin: StandInControl, broker: str | None, app: str, tag: str, timeout_s: float
-) -> dict[str, Any]:
+@contextlib.contextmanager
+def scratch_deployment(
+    standin: StandInControl,
+    broker: str | None,
+    workspace: str,
+    *,
+    latency_ms: int,
+    fence: tuple[float, float],
+) -> Iterator[tuple[Path, Path]]:
+    """The config and data dirs of a deployment of its own on a fresh stand-in that holds each
+    send ``latency_ms``; ``fence``: ``honcho_timeout_s`` and ``send_settle_s``."""
     standin.reset()
-    standin.add_fault(
-        "latency_ms", latency_ms=SEND_LATENCY_MS, count=None, path_contains="/messages"
-    )
-    workspace = f"bench-stranded-{tag}"
-    names = [f"conv-{n:02d}" for n in range(CONVERSATIONS)]
-    with tempfile.TemporaryDirectory(prefix="memhoncho-bench-stranded-") as tmp:
+    standin.add_fault("latency_ms", latency_ms=latency_ms, count=None, path_contains="/messages")
+    with tempfile.TemporaryDirectory(prefix="memhoncho-bench-") as tmp:
         config_dir, data_dir = Path(tmp) / "config", Path(tmp) / "data"
         values: dict[str, Any] = {
             "base_url": standin.url,
             "workspace_id": workspace,
-            "honcho_timeout_s": HONCHO_TIMEOUT_S,
-            "send_settle_s": SEND_SETTLE_S,
+            "honcho_timeout_s": fence[0],
+            "send_settle_s": fence[1],
         }
         if broker:
             values["broker_url"] = broker
         _configure(config_dir, values)
         initialise(data_dir)
+        yield config_dir, data_dir
+
+
+def _arm(
+    standin: StandInControl, broker: str | None, app: str, tag: str, timeout_s: float
+) -> dict[str, Any]:
+    workspace = f"bench-stranded-{tag}"
+    names = [f"conv-{n:02d}" for n in range(CONVERSATIONS)]
+    fence = (HONCHO_TIMEOUT_S, SEND_SETTLE_S)
+    with scratch_deployment(
+        standin, broker, workspace, latency_ms=SEND_LATENCY_MS, fence=fence
+    ) as (config_dir, data_dir):
         fleet = _Fleet(memhoncho_env(config_dir=config_dir, data_dir=data_dir, api_key=None), app)
         try:
             with Host(config_dir, data_dir) as host:
@@ -201,17 +217,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "send_latency_ms": SEND_LATENCY_MS,
         "fence_s": HONCHO_TIMEOUT_S + SEND_SETTLE_S,
         "timeout_s": timeout_s,
-        "brokers": {},
     }
+    results["brokers"] = by_broker_and_arm(
+        args, lambda standin, url, arm, tag: _arm(standin, url, ARMS[arm], tag, timeout_s), ARMS
+    )
+    return results
+
+
+#: an arm's measure: (the stand-in, the broker's URL or None, the arm, a tag) -> its figures
+Measure = Callable[[StandInControl, "str | None", str, str], dict[str, Any]]
+
+
+def by_broker_and_arm(
+    args: argparse.Namespace, measure: Measure, arms: dict[str, str]
+) -> dict[str, Any]:
+    """``measure`` of each arm on each broker (``_brokers``), one stand-in process for all,
+    each arm starting from empty queues: ``{broker: {arm: figures}}``, and why a broker
+    could not be measured."""
+    found: dict[str, Any] = {}
     with _standin_process() as standin, _brokers(args) as brokers:
         for kind, url in brokers.items():
             if kind.endswith("_unavailable"):
-                results["brokers"][kind] = url
+                found[kind] = url
                 continue
-            arms = {}
-            for arm, app in ARMS.items():
+            figures = {}
+            for arm in arms:
                 _flush(url)
-                arms[arm] = _arm(standin, url, app, f"{kind}-{arm}", timeout_s)
+                figures[arm] = measure(standin, url, arm, f"{kind}-{arm}")
             _flush(url)
-            results["brokers"][kind] = arms
-    return results
+            found[kind] = figures
+    return found

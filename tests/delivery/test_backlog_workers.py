@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -101,21 +100,17 @@ def _wait_all_in(standin: HonchoStandIn, workspace_id: str, wanted: int) -> floa
 
 
 def test_a_backlog_drains_one_hint_a_conversation_and_nothing_counts_stranded(
-    host: Host,
-    config_dir: Path,
-    data_dir: Path,
-    standin: HonchoStandIn,
-    workspace_id: str,
-    settings: dict[str, Any],
+    host: Host, deployment: Deployment, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     names = conversations(CONVERSATIONS)
-    deployment = Deployment(config_dir, data_dir)
     for name in names:
         host.capture(run_event(name, 0, OWNER))
     standin.faults.add(
         "latency_ms", latency_ms=SEND_LATENCY_MS, count=None, path_contains="/messages"
     )
-    env = memhoncho_env(config_dir=config_dir, data_dir=data_dir, api_key=None)
+    env = memhoncho_env(
+        config_dir=deployment.config_dir, data_dir=deployment.data_dir, api_key=None
+    )
     worker = CeleryProcess("worker", env, pool="prefork", concurrency=1)
     with running([worker]), Watch(deployment) as watch:
         took = _wait_all_in(standin, workspace_id, CONVERSATIONS * 2)

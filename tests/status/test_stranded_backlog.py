@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +21,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.status import stranded as status_stranded
 from memhoncho.status.view import status_view
 from memhoncho.store import hint_marks, stranded
-from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import point_at_standin
+from memhoncho.testing.config import SettingsWriter
 from memhoncho.testing.runs import run_event
 from memhoncho.worker import queue_depths, routing
 
@@ -35,15 +33,23 @@ pytestmark = pytest.mark.standin(api_key=KEY)
 
 
 @pytest.fixture
-def deployment(
-    config_dir: Path,
-    data_dir: Path,
-    standin: HonchoStandIn,
-    workspace_id: str,
-    store_url: str | None,
-) -> Deployment:
-    point_at_standin(config_dir, standin, workspace_id, KEY, store_url=store_url)
-    return Deployment(config_dir, data_dir)
+def settings(standin_settings: SettingsWriter, store_url: str | None) -> dict[str, Any]:
+    """The stand-in's settings on each store (the plugin's ``deployment`` is built on them)."""
+    return standin_settings(store_url=store_url)
+
+
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Each question put to the broker (``queue_depths.read``): the queues it named."""
+    questions: list[list[str]] = []
+    real_read = queue_depths.read
+
+    def counted(d: Deployment, c: Any, names: list[str]) -> dict[str, int]:
+        questions.append(names)
+        return real_read(d, c, names)
+
+    monkeypatch.setattr(queue_depths, "read", counted)
+    return questions
 
 
 def _queued(deployment: Deployment, conversation_id: str) -> str:
@@ -96,18 +102,10 @@ def test_an_old_mark_whose_queue_is_empty_is_stranded(deployment: Deployment) ->
 
 
 def test_the_broker_is_asked_once_a_look_and_not_at_all_without_an_old_mark(
-    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+    deployment: Deployment, asked: list[list[str]]
 ) -> None:
     for n in range(3):
         _queued(deployment, f"conv-{n}")
-    asked: list[list[str]] = []
-    real_read = queue_depths.read
-
-    def counted(d: Deployment, c: Any, names: list[str]) -> dict[str, int]:
-        asked.append(names)
-        return real_read(d, c, names)
-
-    monkeypatch.setattr(queue_depths, "read", counted)
     store, current = deployment.store(), deployment.settings()
     stranded.find(store, current, in_busy_queue=queue_depths.BusyQueues(deployment, current))
     assert asked == []  # every mark is fresh: no question
@@ -177,19 +175,11 @@ def _wait_past_bound(deployment: Deployment, key: str) -> None:
 
 
 def test_the_status_view_asks_the_broker_once_for_the_queues_and_the_stranded_look(
-    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+    deployment: Deployment, asked: list[list[str]]
 ) -> None:
     key = _queued(deployment, "conv-viewed")
     _age_mark(deployment, key, hint_marks.STALE_S + stranded.SETTLE_S + 5)
     _wait_past_bound(deployment, key)
-    asked: list[list[str]] = []
-    real_read = queue_depths.read
-
-    def counted(d: Deployment, c: Any, names: list[str]) -> dict[str, int]:
-        asked.append(names)
-        return real_read(d, c, names)
-
-    monkeypatch.setattr(queue_depths, "read", counted)
     view = status_view(deployment)
     assert view["queues"]["total"] == 1
     assert view["stranded"]["count"] == 0, view["stranded"]  # its hint waits in the queue
