@@ -12,12 +12,13 @@ A conversation is stranded when, past its *bound*, it still has pending records 
   without being lost: while the conversation's queue holds messages (``in_busy_queue``, asked
   of the broker once a look and only when a mark is old), its mark is presumed lost only after
   ``QUEUED_MAX_S``. Without that, a backlog of N conversations had each one enqueued again
-  every look and counted stranded while its first hint still waited. The price: a hint a
-  worker had received but not started when it was SIGKILLed (held unacked on Redis until the
-  visibility timeout, gone on the embedded broker; RabbitMQ requeues it at once) is found
-  once its queue empties or after ``QUEUED_MAX_S``, not ``STALE_S``. A worker holds no more
-  hints than pool processes (prefetch multiplier 1, late acks), so such a hint lives only
-  between its arrival and its start;
+  every look and counted stranded while its first hint still waited. The price: a hint lost
+  while other hints keep its queue busy is found once the queue empties or after
+  ``QUEUED_MAX_S``, not ``STALE_S``: one a worker had received but not started when it was
+  SIGKILLed (held unacked on Redis until the visibility timeout, gone on the embedded broker;
+  RabbitMQ requeues it at once; a worker holds no more hints than pool processes, so such a
+  hint lives only between its arrival and its start), or one flushed from the broker while
+  new captures fill the queue again;
 - no delivery runs for it: its conversation lock is free. The lock is the kernel's ``flock``
   (or PostgreSQL's session advisory lock), released when its holder dies, so a killed worker's
   delivery never looks alive and a live one always does; no heartbeat needs to be written.
