@@ -53,11 +53,9 @@ class FileStore(Store):
             key,
             record,
             max_pending=max_pending,
-            delivered_seq=lambda: self._delivered_seq(key),
-            delivered_before=lambda batch: self._delivered_before(key, batch),
-            delivered_digest=lambda batch: self._delivered_digest(key, batch),
             max_bytes=max_bytes,
             after_write=after_write,
+            **self._ledger_questions(key),
         )
         return Appended(duplicate=appended.duplicate, seq=appended.seq)
 
@@ -78,16 +76,22 @@ class FileStore(Store):
             key,
             records,
             max_pending=max_pending,
-            delivered_seq=lambda: self._delivered_seq(key),
-            delivered_before=lambda batch: self._delivered_before(key, batch),
-            delivered_digest=lambda batch: self._delivered_digest(key, batch),
             max_bytes=max_bytes,
             after_write=after_write,
+            **self._ledger_questions(key),
         )
         return [
             o if isinstance(o, MemhonchoError) else Appended(duplicate=o.duplicate, seq=o.seq)
             for o in outcomes
         ]
+
+    def _ledger_questions(self, key: str) -> dict[str, Callable[..., Any]]:
+        """What an append may ask the conversation's ledger, asked only when it needs to."""
+        return {
+            "delivered_seq": lambda: self._delivered_seq(key),
+            "delivered_before": lambda batch: self._delivered_before(key, batch),
+            "delivered_digest": lambda batch: self._delivered_digest(key, batch),
+        }
 
     def _delivered_seq(self, key: str) -> int:
         try:
