@@ -8,7 +8,10 @@ it goes. The tasks are shared: they bind to whichever app the process builds
 from __future__ import annotations
 
 import logging
+import os
+import queue
 import random
+import threading
 from typing import Any
 
 from celery import shared_task, signals
@@ -51,15 +54,45 @@ def _hint_received(request: Any = None, **_: Any) -> None:
     In the worker's main process, as the message arrives. The task may wait for a free pool
     process yet, shown neither in the queue's depth nor by a held lock, so without this the
     stranded look (``store/stranded.py``) would call its mark lost. A retry with an ETA is
-    left alone: it waits by design, and its conversation's own bound covers it."""
+    left alone: it waits by design, and its conversation's own bound covers it. The renew
+    runs on a thread of its own: on PostgreSQL it is a statement, and a database out of reach
+    must not hold up the consumer's loop for its connect timeout."""
     if request is None or request.name != routing.DELIVER_TASK or request.eta:
         return
+    try:
+        conversation_id = request.args[0]
+        deployment = task_context(request.app)
+    except Exception:  # noqa: BLE001 - not a hint of ours: nothing to renew
+        return
+    _renewals().put((deployment, conversation_id))
+
+
+_renewal_queue: tuple[int, queue.SimpleQueue[tuple[Deployment, str]]] | None = None
+
+
+def _renewals() -> queue.SimpleQueue[tuple[Deployment, str]]:
+    """This process's renewal queue and its one daemon thread (a forked process makes its
+    own; a daemon, so a database out of reach never holds up the worker's exit)."""
+    global _renewal_queue
+    if _renewal_queue is None or _renewal_queue[0] != os.getpid():
+        waiting: queue.SimpleQueue[tuple[Deployment, str]] = queue.SimpleQueue()
+        threading.Thread(
+            target=_renew_forever, args=(waiting,), name="memhoncho-renew", daemon=True
+        ).start()
+        _renewal_queue = (os.getpid(), waiting)
+    return _renewal_queue[1]
+
+
+def _renew_forever(waiting: queue.SimpleQueue[tuple[Deployment, str]]) -> None:
+    while True:
+        _renew_mark(*waiting.get())
+
+
+def _renew_mark(deployment: Deployment, conversation_id: str) -> None:
     from memhoncho import ids
     from memhoncho.store import hint_marks
 
     try:
-        conversation_id = request.args[0]
-        deployment = task_context(request.app)
         key = ids.conversation_key(conversation_id)
         hint_marks.renew_in(deployment.store(), deployment.layout, key)
     except Exception:  # noqa: BLE001 - an economy: without it a mark may look lost sooner

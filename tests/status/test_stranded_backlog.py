@@ -10,6 +10,7 @@ whose queue is a folder the test can read and empty, with the files and with Pos
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -187,3 +188,52 @@ def test_the_status_view_asks_the_broker_once_for_the_queues_and_the_stranded_lo
 
     _empty_queues(deployment)  # the hint is lost: now it is stranded
     assert status_view(deployment)["stranded"]["count"] == 1
+
+
+def _received(deployment: Deployment, conversation_id: str, **fields: Any) -> None:
+    """What the worker's main process does as a message arrives (``task_received``)."""
+    from types import SimpleNamespace
+
+    from memhoncho.worker import tasks
+
+    conf = SimpleNamespace(
+        memhoncho_config_dir=str(deployment.config_dir),
+        memhoncho_data_dir=str(deployment.data_dir),
+    )
+    request = SimpleNamespace(
+        name=routing.DELIVER_TASK, eta=None, args=[conversation_id], app=SimpleNamespace(conf=conf)
+    )
+    for name, value in fields.items():
+        setattr(request, name, value)
+    tasks._hint_received(request=request)
+
+
+def test_a_received_hint_renews_its_mark_off_the_consumers_thread(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = _queued(deployment, "conv-received")
+    store, current = deployment.store(), deployment.settings()
+    later = time.time() + hint_marks.STALE_S + stranded.SETTLE_S + 1
+    (before,) = stranded.find(store, current, now=later)
+
+    renewed: list[str] = []
+    release, done = threading.Event(), threading.Event()
+    real_renew = hint_marks.renew_in
+
+    def held_renew(store: Any, layout: Any, key: str) -> None:  # a database slow to answer
+        release.wait(30)
+        real_renew(store, layout, key)
+        renewed.append(key)
+        done.set()
+
+    monkeypatch.setattr(hint_marks, "renew_in", held_renew)
+    _received(deployment, "conv-retried", eta="2026-12-06T00:00:00")  # a retry: left alone
+    _received(deployment, "conv-recalled", name="memhoncho.recall")  # not a hint
+    started = time.monotonic()
+    _received(deployment, "conv-received")
+    assert time.monotonic() - started < 1.0  # the consumer's loop did not wait for it
+    release.set()
+    assert done.wait(10)
+    assert renewed == [key]  # the first renewal (one thread, in order): none for the others
+    (after,) = stranded.find(store, current, now=time.time() + stranded.QUEUED_MAX_S)
+    assert after.bound_at > before.bound_at
