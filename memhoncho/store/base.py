@@ -353,6 +353,10 @@ class Store(abc.ABC):
         mark claimed or renewed at or after ``hinted_after`` (their hint waits). Read as the
         census reads, so it stays cheap at 100,000 conversations (``store/stranded.py``)."""
 
+    @abc.abstractmethod
+    def hint_mark_at(self, key: str) -> float | None:
+        """When the conversation's hint mark was claimed or last renewed; None: no mark."""
+
     def close(self) -> None:  # noqa: B027 - optional: a store without resources has nothing
         """Release connections (the process is ending)."""
 

@@ -330,6 +330,14 @@ class FileStore(Store):
             pending: list[Pending] = self._summary.pending(marks, hinted_after)
             return pending
 
+    def hint_mark_at(self, key: str) -> float | None:
+        from memhoncho.store import hint_marks
+
+        try:
+            return hint_marks.mark_path(self.layout, key).stat().st_mtime
+        except OSError:  # no mark (taken, or never claimed)
+            return None
+
 
 def marker_time(value: Any, name: str) -> tuple[float | None, str | None]:
     """The delivery time a last-delivery marker holds, or why it holds none."""

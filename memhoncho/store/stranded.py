@@ -107,12 +107,26 @@ def find(
         conversation_id = p.conversation_id or _conversation_id(store, p.key)
         if conversation_id is None:
             continue
-        if p.hint_at is not None and in_busy_queue is not None and in_busy_queue(conversation_id):
-            bound = max(bound, p.hint_at + QUEUED_MAX_S)  # it waits behind the others
+        if p.hint_at is not None and in_busy_queue is not None:
+            bound = _queued_bound(store, p.key, p.hint_at, bound, in_busy_queue(conversation_id))
             if bound + SETTLE_S > now:
                 continue
         found.append(Stranded(p.key, conversation_id, bound, p.oldest_pending_at))
     return sorted(found, key=lambda s: s.bound_at)
+
+
+def _queued_bound(store: Store, key: str, hint_at: float, bound: float, busy: bool) -> float:
+    """The bound of an old mark once the broker has answered: a hint that waits behind
+    others in a busy queue is lost only after ``QUEUED_MAX_S``. An idle queue is read again
+    against the mark: the broker was asked after the marks were read, so a hint a worker
+    received meanwhile (``worker/tasks.py`` renews its mark then) left the queue without
+    being lost, and its renewed mark says so."""
+    if busy:
+        return max(bound, hint_at + QUEUED_MAX_S)
+    renewed = store.hint_mark_at(key)
+    if renewed is not None and renewed > hint_at:
+        return max(bound, renewed + hint_marks.STALE_S)
+    return bound
 
 
 def _fence_s(settings: Settings) -> float:

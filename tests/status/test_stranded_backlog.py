@@ -237,3 +237,23 @@ def test_a_received_hint_renews_its_mark_off_the_consumers_thread(
     assert renewed == [key]  # the first renewal (one thread, in order): none for the others
     (after,) = stranded.find(store, current, now=time.time() + stranded.QUEUED_MAX_S)
     assert after.bound_at > before.bound_at
+
+
+def test_a_hint_received_while_a_look_runs_is_not_stranded(deployment: Deployment) -> None:
+    """The look reads the marks, then asks the broker: a hint a worker took in between has
+    left its queue (empty now) and renewed its mark, which the look reads again."""
+    key = _queued(deployment, "conv-taken")
+    _empty_queues(deployment)
+    _age_mark(deployment, key, hint_marks.STALE_S + stranded.SETTLE_S + 5)
+    _wait_past_bound(deployment, key)
+    store, layout, current = deployment.store(), deployment.layout, deployment.settings()
+
+    def lost(conversation_id: str) -> bool:
+        return False  # its queue is empty, and nobody took the hint
+
+    def received_meanwhile(conversation_id: str) -> bool:
+        hint_marks.renew_in(store, layout, key)  # as the worker's task_received does
+        return False
+
+    assert [s.key for s in stranded.find(store, current, in_busy_queue=lost)] == [key]
+    assert stranded.find(store, current, in_busy_queue=received_meanwhile) == []

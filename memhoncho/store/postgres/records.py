@@ -211,6 +211,13 @@ class PgRecords(PgConnections):
             ).fetchall()
         return [(key, conversation_id) for key, conversation_id, _ in sorted(rows, key=_third)]
 
+    def hint_mark_at(self, key: str) -> float | None:
+        with self.connection() as conn:
+            row = conn.execute(
+                "SELECT hint_at FROM memhoncho_conversations WHERE key = %s", (key,)
+            ).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
     def hint_marks(self) -> dict[str, float]:
         """Every waiting mark and when it was claimed (server clock, epoch seconds)."""
         with self.connection() as conn:
