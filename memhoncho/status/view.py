@@ -300,7 +300,10 @@ class StatusReader:
         view["parked"] = _guarded(
             "parked", lambda: _bucket([], **parked.summary(deployment.layout, now, stale_s))
         )
-        depths = view["queues"].get("depths")  # read once: the stranded look asks the same
+        # The broker is asked once: the stranded look takes the queues bucket's answer, and
+        # none (a broker down, no queue folder yet) as every queue idle, which is what the
+        # look's own question would have concluded after waiting out the same timeout.
+        depths = view["queues"].get("depths") or {}
         view["stranded"] = _guarded(
             "stranded", lambda: stranded.bucket(deployment, current, now, depths)
         )

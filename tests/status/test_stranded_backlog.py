@@ -153,7 +153,7 @@ def test_renew_moves_a_waiting_mark_and_never_makes_one(deployment: Deployment) 
 def _age_mark(deployment: Deployment, key: str, seconds: float) -> None:
     """Date the conversation's hint mark ``seconds`` earlier, wherever the store keeps it."""
     store: Any = deployment.store()
-    if hasattr(store, "renew_hint"):  # PostgreSQL: the conversation's hint_at column
+    if store.kind == "postgresql":  # the conversation's hint_at column
         with store.connection() as conn:
             conn.execute(
                 "UPDATE memhoncho_conversations SET hint_at = hint_at - %s WHERE key = %s",
@@ -257,3 +257,23 @@ def test_a_hint_received_while_a_look_runs_is_not_stranded(deployment: Deploymen
 
     assert [s.key for s in stranded.find(store, current, in_busy_queue=lost)] == [key]
     assert stranded.find(store, current, in_busy_queue=received_meanwhile) == []
+
+
+def test_a_broker_that_is_down_is_asked_once_by_a_status_read(
+    deployment: Deployment, asked: list[list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queues bucket waits out the broker's timeout; the stranded look does not again."""
+    key = _queued(deployment, "conv-down")
+    _age_mark(deployment, key, hint_marks.STALE_S + stranded.SETTLE_S + 5)
+    _wait_past_bound(deployment, key)
+    counted = queue_depths.read
+
+    def down(d: Deployment, c: Any, names: list[str]) -> dict[str, int]:
+        counted(d, c, names)  # recorded in ``asked``
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(queue_depths, "read", down)
+    view = status_view(deployment)
+    assert view["queues"]["depths"] is None
+    assert view["stranded"]["count"] == 1  # unknown depths: the 10 s rule, as before
+    assert len(asked) == 1
