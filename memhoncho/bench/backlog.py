@@ -97,7 +97,8 @@ def _arm(
         env = memhoncho_env(config_dir=config_dir, data_dir=data_dir, api_key=None)
         worker = CeleryProcess("worker", env, pool="prefork", concurrency=CONCURRENCY)
         worker.args[worker.args.index("memhoncho.celery_app")] = app
-        looks = _Looks(Deployment(config_dir, data_dir), arm)
+        deployment = Deployment(config_dir, data_dir)
+        looks = _Looks(deployment, arm)
         started = time.monotonic()
         took: float | None = None
         try:
@@ -108,7 +109,7 @@ def _arm(
                     break
                 time.sleep(0.1)
             most_stranded = looks.stop()
-            emptied = _queues_emptied(Deployment(config_dir, data_dir), started)
+            emptied = _queues_emptied(deployment, started)
             log = worker.log_text()
         finally:
             looks.stop()
