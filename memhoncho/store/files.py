@@ -17,7 +17,7 @@ from typing import Any
 
 from memhoncho.errors import CorruptFile, MemhonchoError
 from memhoncho.models import ForkDecision, ForkRecord, Ledger, Snapshot
-from memhoncho.store import deadletters, peek, sweep_index
+from memhoncho.store import deadletters, hint_marks, peek, sweep_index
 from memhoncho.store import forks as fork_files
 from memhoncho.store.atomic import fsync_dir, read_model, write_bytes, write_json
 from memhoncho.store.base import Appended, Census, Pending, Record, Store, SweepListing
@@ -140,6 +140,7 @@ class FileStore(Store):
 
     def remove_outbox(self, key: str) -> None:
         self.outbox.remove(key)
+        hint_marks.forget(self.layout, key)
 
     def conversation_keys(self) -> list[str]:
         return self.layout.conversation_keys()
@@ -319,20 +320,17 @@ class FileStore(Store):
         """The census's rows (a stat per outbox, a read only of what changed) joined with the
         hint marks (one listing, ``hint_marks.MarkTimes``)."""
         from memhoncho.store.census import SummaryCache
-        from memhoncho.store.hint_marks import MarkTimes
 
         with self._census_lock:
             if self._summary is None:
                 self._summary = SummaryCache(self.layout)
             if self._marks is None:
-                self._marks = MarkTimes(self.layout)
+                self._marks = hint_marks.MarkTimes(self.layout)
             marks = self._marks.read(fresh_after=hinted_after)
             pending: list[Pending] = self._summary.pending(marks, hinted_after)
             return pending
 
     def hint_mark_at(self, key: str) -> float | None:
-        from memhoncho.store import hint_marks
-
         try:
             return hint_marks.mark_path(self.layout, key).stat().st_mtime
         except OSError:  # no mark (taken, or never claimed)
