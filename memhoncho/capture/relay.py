@@ -4,7 +4,9 @@ A capture made by a process that publishes nothing (``memhoncho capture``, a hoo
 command per turn) is durable at once and leaves a relay request when no hint is waiting for its
 conversation (``store/hint_marks.py``). Every ``POLL_S`` the relay takes the requests and
 publishes ``memhoncho.deliver`` for each, and republishes for hint marks gone stale (a lost
-hint): both looks cost a listing of small directories, whatever the number of conversations.
+hint), once, and only when the conversation's queue is empty (a hint behind a backlog is not
+lost: ``store/stranded.py``'s rule): both looks cost a listing of small directories, whatever
+the number of conversations, and the broker is asked only when a stale mark has records.
 Every ``FULL_SCAN_S`` (and at start) it also stats every outbox (the stamps the sweep index
 uses) and hints each changed one with a pending record, through the same marks, so records that
 got no hint (no key yet, a broker that was down) wait for it, not for the next sweep.
@@ -31,7 +33,9 @@ from memhoncho.errors import MemhonchoError
 from memhoncho.store import hint_marks, peek
 from memhoncho.store.ledger import read_ledger
 from memhoncho.store.relay_watch import HEARTBEAT_STALE_S as HEARTBEAT_STALE_S  # a relay gone
+from memhoncho.store.stranded import QUEUED_MAX_S
 from memhoncho.store.sweep_index import Stamp, outbox_stamps
+from memhoncho.worker.queue_depths import BusyQueues
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +101,9 @@ class Relay:
             for key, mtime in waiting.items()
             if now - mtime > hint_marks.STALE_S and self._republished.get(key) != mtime
         }
+        # A stale mark whose queue holds messages waits behind a backlog: not lost until
+        # QUEUED_MAX_S (store/stranded.py). The broker is asked only if such a mark comes up.
+        busy = BusyQueues(self.deployment, self.deployment.settings())
         self._republished = {k: v for k, v in self._republished.items() if k in waiting}
         keys = stale | self._owed
         if full:
@@ -109,6 +116,14 @@ class Relay:
         for key in sorted(keys):
             self._owed.discard(key)
             conversation_id = self._pending(key)
+            if (
+                key in stale
+                and conversation_id is not None
+                and now - waiting[key] <= QUEUED_MAX_S
+                and busy(conversation_id)
+            ):
+                report.coalesced += 1  # its hint waits behind others: it covers these lines
+                continue
             if conversation_id is None:
                 if key in stale:
                     # Safe: a capture written after the look above finds this mark stale

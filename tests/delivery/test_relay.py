@@ -20,13 +20,14 @@ from memhoncho import ids
 from memhoncho.capture.host import Host
 from memhoncho.capture.relay import Relay
 from memhoncho.models import Ledger
-from memhoncho.store import hint_marks
+from memhoncho.store import hint_marks, stranded
 from memhoncho.store.ledger import write_ledger
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import memhoncho_env
 from memhoncho.testing.relay import PublishRecorder
 from memhoncho.testing.runs import expected_texts, run_event
+from memhoncho.worker import routing
 
 KEY = "sk-relay-key"
 
@@ -86,6 +87,49 @@ def test_a_stale_mark_is_published_again_by_the_relay(quiet_host: Host) -> None:
     mark = hint_marks.mark_path(quiet_host.deployment.layout, ids.conversation_key("conv-1"))
     old = time.time() - hint_marks.STALE_S - 1
     os.utime(mark, (old, old))  # the hint was lost (a flushed broker)
+    assert relay.scan(full=False).published == 1
+
+
+def test_a_stale_mark_whose_queue_holds_messages_waits_until_queued_max(
+    quiet_host: Host,
+) -> None:
+    """A hint behind a backlog is not lost (store/stranded.py): the relay leaves it, counted
+    as coalesced, while the conversation's queue on the (embedded) broker holds messages, and
+    republishes once the mark is older than QUEUED_MAX_S, or once the queue is empty."""
+    recorder = PublishRecorder()
+    relay = Relay(quiet_host.deployment, recorder)
+    quiet_host.capture(run_event("conv-1", 0))
+    relay.scan(full=False)
+    assert quiet_host.enqueue_delivery("conv-1")  # the hint, waiting in its queue
+    mark = hint_marks.mark_path(quiet_host.deployment.layout, ids.conversation_key("conv-1"))
+    old = time.time() - hint_marks.STALE_S - 1
+    os.utime(mark, (old, old))
+    report = relay.scan(full=True)
+    assert (report.published, report.coalesced) == (0, 1)
+    older = time.time() - stranded.QUEUED_MAX_S - 1
+    os.utime(mark, (older, older))
+    assert relay.scan(full=False).published == 1
+    assert recorder.published == ["conv-1", "conv-1"]
+
+
+def test_a_stale_mark_is_republished_when_its_queue_is_empty_though_others_are_busy(
+    quiet_host: Host,
+) -> None:
+    recorder = PublishRecorder()
+    relay = Relay(quiet_host.deployment, recorder)
+    partitions = quiet_host.deployment.settings().partitions
+    other = next(
+        f"conv-{n}"
+        for n in range(2, 100)
+        if routing.deliver_queue(f"conv-{n}", partitions)
+        != routing.deliver_queue("conv-1", partitions)
+    )
+    quiet_host.capture(run_event("conv-1", 0))
+    relay.scan(full=False)
+    assert quiet_host.enqueue_delivery(other)  # another queue is busy, not conv-1's
+    mark = hint_marks.mark_path(quiet_host.deployment.layout, ids.conversation_key("conv-1"))
+    old = time.time() - hint_marks.STALE_S - 1
+    os.utime(mark, (old, old))
     assert relay.scan(full=False).published == 1
 
 
