@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from memhoncho import dirs
 from memhoncho import settings as settings_module
-from memhoncho.errors import ConfigError, MissingApiKey, NotInitialised
+from memhoncho.errors import ConfigError, MemhonchoError, MissingApiKey, NotInitialised
 from memhoncho.settings import Settings
 from memhoncho.store.layout import Layout
 
@@ -81,11 +81,14 @@ class Deployment:
 
     def hint_identity(self) -> str | None:
         """What a delivery hint carries and a worker compares (``worker/foreign.py``): the data
-        directory's identity on the file store (None before it has one). None on PostgreSQL:
-        the captures are in the database every worker reads, whatever folder each machine
-        has, and one database may be reached by several names (no name to compare)."""
+        directory's identity on the file store (None before it has one); on PostgreSQL the
+        database's own (``Store.deployment_id``), not its URL, which differs from machine to
+        machine; None while the database is out of reach."""
         if self.settings().store_url:
-            return None
+            try:
+                return self.store().deployment_id()
+            except MemhonchoError:
+                return None
         try:
             found = identity(self.data_dir)
         except ConfigError:

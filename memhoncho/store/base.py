@@ -357,6 +357,11 @@ class Store(abc.ABC):
     def hint_mark_at(self, key: str) -> float | None:
         """When the conversation's hint mark was claimed or last renewed; None: no mark."""
 
+    def deployment_id(self) -> str | None:
+        """The identity the store itself keeps, which its hints carry (a database's); None:
+        the data directory's is the deployment's (``Deployment.hint_identity``)."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional: a store without resources has nothing
         """Release connections (the process is ending)."""
 

@@ -2,16 +2,17 @@
 status view (``store/foreign_hints.py``), and never dropped silently.
 
 A hint carries the identity of the deployment that published it (``Deployment.hint_identity``:
-the data directory's id on the file store; none on PostgreSQL). A worker that gets one of
-another identity serves another data directory or store than the host that captured: the turn
-it points at is in a folder this worker never reads. The hint is still taken as a hint of this
-deployment (delivery is level-triggered: a conversation with nothing pending here costs one
-look), so a hint that was ours after all is not lost, and nothing is published again: no loop.
+the data directory's id on the file store, the database's on PostgreSQL). A worker that gets
+one of another identity serves another data directory or store than the host that captured:
+the turn it points at is in a folder or database this worker never reads (a mistyped folder,
+another database, a host still on the files while its workers moved to PostgreSQL). The hint
+is still taken as a hint of this deployment (delivery is level-triggered: a conversation with
+nothing pending here costs one look), so a hint that was ours after all is not lost, and
+nothing is published again: no loop.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 
 from memhoncho.deployment import Deployment
@@ -20,17 +21,19 @@ from memhoncho.store.foreign_hints import add_foreign_hint
 log = logging.getLogger(__name__)
 
 
-@functools.lru_cache(maxsize=8)
-def _ours(config_dir: str, data_dir: str, store_url: str | None) -> str | None:
-    """This worker's identity, read once per place (the identity file is written once)."""
-    from pathlib import Path
-
-    return Deployment(Path(config_dir), Path(data_dir)).hint_identity()
+#: this worker's identity per place (config dir, data dir, store URL): an identity is written
+#: once, so it is read once; an unknown one (no identity yet, a database out of reach) is not kept
+_known: dict[tuple[str, str, str | None], str] = {}
 
 
 def ours(deployment: Deployment) -> str | None:
-    current = deployment.settings()
-    return _ours(str(deployment.config_dir), str(deployment.data_dir), current.store_url)
+    place = (str(deployment.config_dir), str(deployment.data_dir), deployment.settings().store_url)
+    found = _known.get(place)
+    if found is None:
+        found = deployment.hint_identity()
+        if found is not None:
+            _known[place] = found
+    return found
 
 
 def check(deployment: Deployment, conversation_id: str, theirs: str | None) -> bool:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
 #: the migration this code needs (``memhoncho/store/migrations/versions``); see ``schema_head``
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 POOL_MAX = 10  # connections per process: a worker thread may hold a lock and use another
 #: milliseconds a statement waits for a row lock (a capture behind a stalled one, a worker
 #: behind a committing capture) before it fails with StoreUnavailable rather than hang
@@ -51,6 +51,7 @@ class PgConnections:
         self._pool_pid = 0
         self._pool_lock = threading.Lock()
         self._held = threading.local()  # key -> the connection holding its conversation lock
+        self._deployment_id: str | None = None  # read once (migration 0007); it never changes
 
     def pool(self) -> ConnectionPool:
         """This process's pool (a forked child makes its own: sockets are not shared)."""
@@ -62,6 +63,20 @@ class PgConnections:
                 self._pool = self._open_pool()
                 self._pool_pid = os.getpid()
             return self._pool
+
+    def deployment_id(self) -> str:
+        """The database's identity: what every hint of this deployment carries, whichever
+        name a machine reaches the database by (``worker/foreign.py``)."""
+        if self._deployment_id is None:
+            with self.connection() as conn:
+                row = conn.execute("SELECT deployment_id FROM memhoncho_deployment").fetchone()
+            if row is None:
+                raise StoreError(
+                    "the database has no memhoncho identity (memhoncho_deployment is empty):"
+                    " run memhoncho db upgrade on a database it made, or restore the row"
+                )
+            self._deployment_id = str(row[0])
+        return self._deployment_id
 
     def _connect_kwargs(self) -> dict[str, Any]:
         return {
