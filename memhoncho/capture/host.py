@@ -248,9 +248,7 @@ class Host:
         """No hint waits after all: the next capture publishes, and the outbox relay is asked
         to (it tries again at every look until the broker answers)."""
         try:
-            release = getattr(self.deployment.store(), "release_hint", None)
-            if release is not None:
-                release(key, conversation_id)
+            self.deployment.store().release_hint(key, conversation_id)
         except MemhonchoError:
             pass  # a mark left behind ages out after hint_marks.STALE_S
 

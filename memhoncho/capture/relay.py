@@ -163,7 +163,7 @@ class Relay:
                 report.requests += 1
                 if owed:
                     owed.append((key, conversation_id))
-                elif not store.claim_hint(key, hint_marks.STALE_S):
+                elif not store.claim_hint(key):
                     report.coalesced += 1
                 elif self._publish(conversation_id):
                     report.published += 1

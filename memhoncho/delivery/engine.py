@@ -30,7 +30,7 @@ from memhoncho.errors import HonchoFailure, LockBusy, MemhonchoError
 from memhoncho.honcho import adapter
 from memhoncho.models import AGENT, OUTBOX_ID_KEY, Ledger
 from memhoncho.settings import Settings
-from memhoncho.store import hint_marks, parked
+from memhoncho.store import parked
 from memhoncho.store.base import Record
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def _locked_run(
     """One run under the conversation's lock: its report and the ledger's delivered seq."""
     with deployment.store().conversation_lock(key, timeout_s=0):
         # Before the outbox is read: a capture from now on hints again (store/hint_marks.py).
-        hint_marks.taken_in(deployment.store(), deployment.layout, key)
+        deployment.store().take_hint(key)
         run = _Delivery(deployment, conversation_id, key)
         report = run.run(max_calls)
         parked.unpark(deployment.layout, key)  # it ended well (a failure raised)

@@ -20,7 +20,7 @@ store are caches of the files, so they live with them.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -353,9 +353,30 @@ class Store(abc.ABC):
         mark claimed or renewed at or after ``hinted_after`` (their hint waits). Read as the
         census reads, so it stays cheap at 100,000 conversations (``store/stranded.py``)."""
 
+    # ---- the hint marks (``store/hint_marks.py``): whether a conversation's hint waits -----
+
     @abc.abstractmethod
     def hint_mark_at(self, key: str) -> float | None:
         """When the conversation's hint mark was claimed or last renewed; None: no mark."""
+
+    @abc.abstractmethod
+    def claim_hint(self, key: str) -> bool:
+        """Whether the caller must publish a hint: True when it claimed the mark (none waited,
+        or the waiting one is older than ``hint_marks.STALE_S``, presumed lost)."""
+
+    @abc.abstractmethod
+    def take_hint(self, key: str) -> None:
+        """A delivery starts, before it reads the outbox: captures from now on publish."""
+
+    @abc.abstractmethod
+    def release_hint(self, key: str, conversation_id: str | None = None) -> None:
+        """The claimed hint was not published: the next capture publishes. ``conversation_id``:
+        the outbox relay is asked to as well, where relay requests live beside the marks
+        (PostgreSQL; the file relay finds the conversation by its changed outbox)."""
+
+    @abc.abstractmethod
+    def renew_hint(self, key: str) -> None:
+        """A worker received the hint: its age counts from now; no mark stays none."""
 
     def deployment_id(self) -> str | None:
         """The identity the store itself keeps, which its hints carry (a database's); None:
@@ -369,8 +390,3 @@ class Store(abc.ABC):
 def dead_records_added(records: list[Record], reason: str, now: float) -> list[Record]:
     """The records as they are kept as dead letters: every field, plus when and why."""
     return [{**r, "dead_at": now, "dead_reason": reason} for r in records]
-
-
-def iter_chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]

@@ -330,6 +330,18 @@ class FileStore(Store):
             pending: list[Pending] = self._summary.pending(marks, hinted_after)
             return pending
 
+    def claim_hint(self, key: str) -> bool:
+        return hint_marks.claim(self.layout, key)
+
+    def take_hint(self, key: str) -> None:
+        hint_marks.taken(self.layout, key)
+
+    def release_hint(self, key: str, conversation_id: str | None = None) -> None:
+        hint_marks.release(self.layout, key)
+
+    def renew_hint(self, key: str) -> None:
+        hint_marks.renew(self.layout, key)
+
     def hint_mark_at(self, key: str) -> float | None:
         try:
             return hint_marks.mark_path(self.layout, key).stat().st_mtime

@@ -29,7 +29,7 @@ spare (the conversation's first hint, or one moved meanwhile) a claim creates th
 On the PostgreSQL store the mark is the conversation's ``hint_at`` column instead (hosts and
 workers on many machines see one mark): the capture claims it in its own statement
 (``memhoncho_append``), under the row lock its commit holds, and a delivery clears it with an
-UPDATE that waits on that lock (``taken_in``), so the reasoning above holds row for file.
+UPDATE that waits on that lock (``Store.take_hint``), so the reasoning above holds row for file.
 
 A capture that publishes nothing itself (``memhoncho capture``) claims the mark the same way and,
 when it created it, leaves a relay request (``state/relay/<key>``, holding the conversation id):
@@ -175,43 +175,6 @@ def forget(layout: Layout, key: str) -> None:
             os.unlink(path)
         except OSError:
             pass
-
-
-def taken_in(store: object, layout: Layout, key: str) -> None:
-    """``taken`` wherever the store keeps its marks: the database's row, or this file."""
-    take = getattr(store, "take_hint", None)
-    if take is not None:
-        take(key)
-    else:
-        taken(layout, key)
-
-
-def claim_in(store: object, layout: Layout, key: str) -> bool:
-    """``claim`` wherever the store keeps its marks: the database's row, or this file."""
-    claim_hint = getattr(store, "claim_hint", None)
-    if claim_hint is not None:
-        return bool(claim_hint(key, STALE_S))
-    return claim(layout, key)
-
-
-def release_in(store: object, layout: Layout, key: str) -> None:
-    """``release`` wherever the store keeps its marks: the database's row, or this file."""
-    release_hint = getattr(store, "release_hint", None)
-    if release_hint is not None:
-        release_hint(key)
-    else:
-        release(layout, key)
-
-
-def renew_in(store: object, layout: Layout, key: str) -> None:
-    """A worker took the mark's hint from its queue (``worker/tasks.py``'s ``task_received``):
-    the hint no longer shows in the queue's depth, and its task may still wait for a free pool
-    process, so its age counts from now. A mark already taken stays taken."""
-    renew_hint = getattr(store, "renew_hint", None)
-    if renew_hint is not None:
-        renew_hint(key)
-    else:
-        renew(layout, key)
 
 
 def marks(layout: Layout) -> dict[str, float]:

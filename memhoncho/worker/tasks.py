@@ -90,11 +90,10 @@ def _renew_forever(waiting: queue.SimpleQueue[tuple[Deployment, str]]) -> None:
 
 def _renew_mark(deployment: Deployment, conversation_id: str) -> None:
     from memhoncho import ids
-    from memhoncho.store import hint_marks
 
     try:
         key = ids.conversation_key(conversation_id)
-        hint_marks.renew_in(deployment.store(), deployment.layout, key)
+        deployment.store().renew_hint(key)
     except Exception:  # noqa: BLE001 - an economy: without it a mark may look lost sooner
         log.debug("hint mark not renewed", extra={"action": "hint_renew_failed"})
 
@@ -149,10 +148,9 @@ def _retry_unreachable(
     from memhoncho import ids
     from memhoncho.delivery import engine as delivery
     from memhoncho.honcho import adapter
-    from memhoncho.store import hint_marks
 
     key = ids.conversation_key(conversation_id)
-    if not hint_marks.claim_in(deployment.store(), deployment.layout, key):
+    if not deployment.store().claim_hint(key):
         results.gave_up(task, exc)  # a failure for the results; the waiting hint retries
         return
     attempt = max(1, delivery.failures_in_a_row(deployment, conversation_id))
@@ -165,16 +163,15 @@ def _send_more(app: Any, deployment: Deployment, conversation_id: str) -> None:
     capture's is: under the conversation's hint mark, so the watchdog and the status view see
     it queued (``store/stranded.py``), and not at all when a capture's hint already waits."""
     from memhoncho import ids
-    from memhoncho.store import hint_marks
 
     key = ids.conversation_key(conversation_id)
     store = deployment.store()
-    if not hint_marks.claim_in(store, deployment.layout, key):
+    if not store.claim_hint(key):
         return
     try:
         app.send_task(routing.DELIVER_TASK, args=[conversation_id], ignore_result=True)
     except Exception:
-        hint_marks.release_in(store, deployment.layout, key)  # the next capture publishes
+        store.release_hint(key)  # the next capture publishes
         raise
 
 

@@ -102,20 +102,18 @@ def scan(deployment: Deployment, send: Callable[[str], Any]) -> list[str]:
 
     The conversation's hint mark is claimed first, as a capture claims it: a hint published
     meanwhile by a capture or another scanner wins, and this one is not sent."""
-    from memhoncho.store import hint_marks
     from memhoncho.worker.queue_depths import BusyQueues
 
     store = deployment.store()
-    layout = deployment.layout
     current = deployment.settings()
     enqueued = []
     for found in stranded.find(store, current, in_busy_queue=BusyQueues(deployment, current)):
-        if not hint_marks.claim_in(store, layout, found.key):
+        if not store.claim_hint(found.key):
             continue
         try:
             send(found.conversation_id)
         except Exception:  # noqa: BLE001 - the broker is down: the next look tries again
-            hint_marks.release_in(store, layout, found.key)
+            store.release_hint(found.key)
             log.warning(
                 "could not enqueue a stranded conversation; trying again at the next look",
                 extra={"action": "stranded_not_enqueued", "conversation_key": found.key},

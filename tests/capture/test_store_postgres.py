@@ -358,10 +358,10 @@ def test_a_retry_of_an_unreachable_honcho_claims_the_database_mark_as_a_capture_
     store = open_store(tmp_path, postgres_url)
     record = {**run_event(CONVERSATION, 0), "batch_id": "b0", "messages": []}
     store.append("k", record, max_pending=10, after_write=lambda: None)  # claims the mark
-    assert not hint_marks.claim_in(store, Layout(tmp_path), "k")  # the capture's hint waits
+    assert not store.claim_hint("k")  # the capture's hint waits
     for _ in range(3):  # each retried delivery takes the mark, then retries again
         store.take_hint("k")  # type: ignore[attr-defined]
-        assert hint_marks.claim_in(store, Layout(tmp_path), "k")
+        assert store.claim_hint("k")
     assert not hint_marks.mark_path(Layout(tmp_path), "k").exists(), "no file mark here"
 
 

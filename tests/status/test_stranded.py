@@ -51,7 +51,7 @@ def _died_mid_delivery(deployment: Deployment, conversation_id: str, runs: int =
         for run in range(runs):
             host.capture(run_event(conversation_id, run, OWNER))
     key = ids.conversation_key(conversation_id)
-    hint_marks.taken_in(deployment.store(), deployment.layout, key)
+    deployment.store().take_hint(key)
     return key
 
 
@@ -120,7 +120,7 @@ def test_a_running_delivery_or_a_waiting_hint_is_not_stranded(deployment: Deploy
     assert _stranded_view(deployment)["stranded"]["count"] == 1
     with store.conversation_lock(key, timeout_s=0):  # a live delivery holds it
         assert stranded.find(store, settings) == []
-    assert hint_marks.claim_in(store, deployment.layout, key)  # a hint now waits
+    assert store.claim_hint(key)  # a hint now waits
     assert stranded.find(store, settings) == []
     stale = time.time() + hint_marks.STALE_S + stranded.SETTLE_S + 1
     assert [s.key for s in stranded.find(store, settings, now=stale)] == [key]

@@ -134,20 +134,20 @@ def test_a_broker_that_cannot_tell_leaves_the_old_rule(
 
 def test_renew_moves_a_waiting_mark_and_never_makes_one(deployment: Deployment) -> None:
     key = _queued(deployment, "conv-renewed")
-    store, layout, current = deployment.store(), deployment.layout, deployment.settings()
+    store, current = deployment.store(), deployment.settings()
     _empty_queues(deployment)  # the hint left the queue: a worker received it
     later = time.time() + hint_marks.STALE_S + stranded.SETTLE_S + 1
     (before,) = stranded.find(store, current, now=later)
     time.sleep(0.1)
     renewed_at = time.time() - COARSE_CLOCK_S
-    hint_marks.renew_in(store, layout, key)
+    store.renew_hint(key)
     far = time.time() + stranded.QUEUED_MAX_S
     (after,) = stranded.find(store, current, now=far)
     assert before.bound_at < renewed_at + hint_marks.STALE_S <= after.bound_at
 
-    hint_marks.taken_in(store, layout, key)  # its delivery started
-    hint_marks.renew_in(store, layout, key)  # a late renew makes no mark
-    assert hint_marks.claim_in(store, layout, key)  # no hint waits: a capture publishes
+    store.take_hint(key)  # its delivery started
+    store.renew_hint(key)  # a late renew makes no mark
+    assert store.claim_hint(key)  # no hint waits: a capture publishes
 
 
 def _age_mark(deployment: Deployment, key: str, seconds: float) -> None:
@@ -218,15 +218,15 @@ def test_a_received_hint_renews_its_mark_off_the_consumers_thread(
 
     renewed: list[str] = []
     release, done = threading.Event(), threading.Event()
-    real_renew = hint_marks.renew_in
+    real_renew = type(store).renew_hint
 
-    def held_renew(store: Any, layout: Any, key: str) -> None:  # a database slow to answer
+    def held_renew(self: Any, key: str) -> None:  # a database slow to answer
         release.wait(30)
-        real_renew(store, layout, key)
+        real_renew(self, key)
         renewed.append(key)
         done.set()
 
-    monkeypatch.setattr(hint_marks, "renew_in", held_renew)
+    monkeypatch.setattr(type(store), "renew_hint", held_renew)
     _received(deployment, "conv-retried", eta="2026-12-06T00:00:00")  # a retry: left alone
     _received(deployment, "conv-recalled", name="memhoncho.recall")  # not a hint
     started = time.monotonic()
@@ -246,13 +246,13 @@ def test_a_hint_received_while_a_look_runs_is_not_stranded(deployment: Deploymen
     _empty_queues(deployment)
     _age_mark(deployment, key, hint_marks.STALE_S + stranded.SETTLE_S + 5)
     _wait_past_bound(deployment, key)
-    store, layout, current = deployment.store(), deployment.layout, deployment.settings()
+    store, current = deployment.store(), deployment.settings()
 
     def lost(conversation_id: str) -> bool:
         return False  # its queue is empty, and nobody took the hint
 
     def received_meanwhile(conversation_id: str) -> bool:
-        hint_marks.renew_in(store, layout, key)  # as the worker's task_received does
+        store.renew_hint(key)  # as the worker's task_received does
         return False
 
     assert [s.key for s in stranded.find(store, current, in_busy_queue=lost)] == [key]

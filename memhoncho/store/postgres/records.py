@@ -152,9 +152,9 @@ class PgRecords(PgConnections):
                 (key,),
             )
 
-    def claim_hint(self, key: str, stale_s: float) -> bool:
+    def claim_hint(self, key: str) -> bool:
         """``hint_marks.claim`` on the database's mark: True when no hint waits (or the one
-        waiting is older than ``stale_s``) and a record is pending, and the caller, having set
+        waiting is older than ``STALE_S``) and a record is pending, and the caller, having set
         it, must publish. Nothing pending, no hint: a relay request whose records a watchdog's
         or a retry's hint delivered meanwhile would otherwise publish one that finds nothing
         and holds the mark, so the next capture coalesces on a hint no worker may take soon."""
@@ -163,7 +163,7 @@ class PgRecords(PgConnections):
                 "UPDATE memhoncho_conversations SET hint_at = extract(epoch FROM clock_timestamp())"
                 " WHERE key = %s AND last_seq > delivered_seq AND (hint_at IS NULL"
                 " OR hint_at < extract(epoch FROM clock_timestamp()) - %s) RETURNING key",
-                (key, stale_s),
+                (key, hint_marks.STALE_S),
             ).fetchone()
         return row is not None
 
