@@ -174,9 +174,13 @@ class Store(abc.ABC):
     def edges(self, key: str) -> tuple[Record | None, Record | None]:
         """The first and the last record of the outbox (None, None when it holds none)."""
 
+    def newest_record(self, key: str) -> Record | None:
+        """The newest record of the outbox; None when it holds none."""
+        return self.edges(key)[1]
+
     def newest_seq(self, key: str) -> int:
         """The seq of the newest record in the outbox; 0 when it holds none."""
-        last = self.edges(key)[1]
+        last = self.newest_record(key)
         return int(last["seq"]) if last is not None else 0
 
     @abc.abstractmethod

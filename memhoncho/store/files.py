@@ -124,11 +124,12 @@ class FileStore(Store):
         records = self.records(key)  # a torn or corrupt edge: the full read repairs it
         return (records[0], records[-1]) if records else (None, None)
 
-    def newest_seq(self, key: str) -> int:
-        found = peek.edges(self.layout.outbox(key))  # two line reads, no parse, no lock
-        if found is not None:
-            return int(found.last["seq"]) if found.last is not None else 0
-        return super().newest_seq(key)
+    def newest_record(self, key: str) -> Record | None:
+        try:
+            return peek.newest(self.layout.outbox(key))  # a line read from the end, no lock
+        except peek.Unreadable:
+            records = self.records(key)  # a torn or corrupt tail: the full read repairs it
+            return records[-1] if records else None
 
     def rewrite(
         self,

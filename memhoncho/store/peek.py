@@ -30,7 +30,7 @@ class Edges:
     size: int
 
 
-class _Unreadable(Exception):
+class Unreadable(Exception):
     """A torn or corrupt line where the look needed a whole one."""
 
 
@@ -47,8 +47,22 @@ def edges(path: Path) -> Edges | None:
             return Edges(None, None, size)
         last = next(r for r in _records_from_end(fd, size) if not r.get("mark"))
         return Edges(first, last, size)
-    except (_Unreadable, StopIteration):
+    except (Unreadable, StopIteration):
         return None
+    finally:
+        os.close(fd)
+
+
+def newest(path: Path) -> Record | None:
+    """The newest record of the outbox at ``path`` (mark lines skipped), read from its end;
+    None when it holds none. Unreadable when a torn or corrupt line stands in the way."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        return next((r for r in _records_from_end(fd, size) if not r.get("mark")), None)
     finally:
         os.close(fd)
 
@@ -72,7 +86,7 @@ def _records_from_end(fd: int, size: int) -> Iterator[Record]:
 def _decode(line: bytes) -> Record:
     record = decode_line(line[:-1]) if line.endswith(b"\n") else None
     if record is None:
-        raise _Unreadable()
+        raise Unreadable()
     return record
 
 
@@ -87,13 +101,13 @@ def _line_at(fd: int, offset: int, size: int) -> bytes:
         if newline != -1:
             return data + chunk[: newline + 1]
         data += chunk
-    raise _Unreadable()
+    raise Unreadable()
 
 
 def _line_before(fd: int, end: int) -> bytes:
     """The complete line that ends at byte ``end`` (exclusive), with its newline."""
     if os.pread(fd, 1, end - 1) != b"\n":
-        raise _Unreadable()
+        raise Unreadable()
     data = b""  # bytes [start, end) of the file
     start = end
     while start > 0 and len(data) < MAX_LINE_BYTES:
@@ -105,4 +119,4 @@ def _line_before(fd: int, end: int) -> bytes:
             return data[newline + 1 :]
     if start == 0:
         return data
-    raise _Unreadable()
+    raise Unreadable()

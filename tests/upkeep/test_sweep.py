@@ -321,6 +321,32 @@ def test_the_edges_of_an_outbox_are_its_first_and_last_records(tmp_path: Path) -
     assert peek.edges(tmp_path / "absent.jsonl") == peek.Edges(None, None, 0)
 
 
+def test_the_newest_record_is_read_from_the_end_past_marks(tmp_path: Path) -> None:
+    path = tmp_path / "o.jsonl"
+    mark = encode_line({"seq": 5, "mark": True})
+    big = encode_line({"seq": 6, "batch_id": "x", "pad": "y" * 200_000})
+    end_mark = encode_line({"seq": 9, "mark": True})
+    path.write_bytes(mark + big + end_mark)
+    newest = peek.newest(path)
+    assert newest is not None and newest["seq"] == 6  # a line longer than one read's chunk
+    path.write_bytes(mark)
+    assert peek.newest(path) is None
+    assert peek.newest(tmp_path / "absent.jsonl") is None
+    path.write_bytes(mark + big[:-3])  # torn: the caller repairs (FileStore.newest_record)
+    with pytest.raises(peek.Unreadable):
+        peek.newest(path)
+
+
+def test_a_torn_tail_is_repaired_by_the_newest_record_look(file_deployment: Deployment) -> None:
+    _capture(file_deployment, "c1", 2)
+    key = ids.conversation_key("c1")
+    path = file_deployment.layout.outbox(key)
+    path.write_bytes(path.read_bytes() + b'0000 {"torn')
+    newest = file_deployment.store().newest_record(key)
+    assert newest is not None and newest["seq"] == file_deployment.store().records(key)[-1]["seq"]
+    assert path.read_bytes().endswith(b"\n")  # the torn bytes went to quarantine
+
+
 def test_pending_records_before_a_trailing_mark_are_still_pending(
     file_deployment: Deployment,
 ) -> None:

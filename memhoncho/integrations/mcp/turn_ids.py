@@ -34,27 +34,29 @@ def turn_digest(turn: list[tuple[str, str]]) -> str:
     return _digest([[role, text] for role, text in turn])
 
 
-def chained(turn: list[tuple[str, str]], before: str) -> str:
-    """The run id of ``turn`` saved right after the batch ``before`` (``NO_TURN``: first)."""
-    return f"{PREFIX}{turn_digest(turn)}-{_digest(before)}"
+def chained(turn: list[tuple[str, str]], before: str, digest: str | None = None) -> str:
+    """The run id of ``turn`` saved right after the batch ``before`` (``NO_TURN``: first);
+    ``digest``: the turn's, when the caller has it already."""
+    return f"{PREFIX}{digest or turn_digest(turn)}-{_digest(before)}"
 
 
 def derived_run_id(
     store: Store, key: str, conversation_id: str, turn: list[tuple[str, str]]
 ) -> str:
     """The latest save's run id when ``turn`` repeats it (a retry), else a new turn's."""
-    last = store.edges(key)[1]
+    digest = turn_digest(turn)
+    last = store.newest_record(key)
     if last is not None and "batch_id" in last:  # the latest save, not yet compacted away
         run_id = str(last.get("run_id", ""))
-        if run_id.startswith(f"{PREFIX}{turn_digest(turn)}-"):
+        if run_id.startswith(f"{PREFIX}{digest}-"):
             return run_id
-        return chained(turn, str(last["batch_id"]))
+        return chained(turn, str(last["batch_id"]), digest)
     # Delivered and compacted: the ledger keeps the latest batches, newest last.
     ledger = store.read_ledger(key)
     batches = ledger.delivered_batches if ledger is not None else []
     if not batches:
-        return chained(turn, NO_TURN)
-    retry = chained(turn, batches[-2] if len(batches) > 1 else NO_TURN)
+        return chained(turn, NO_TURN, digest)
+    retry = chained(turn, batches[-2] if len(batches) > 1 else NO_TURN, digest)
     if batch_id(conversation_id, retry) == batches[-1]:
         return retry
-    return chained(turn, batches[-1])
+    return chained(turn, batches[-1], digest)

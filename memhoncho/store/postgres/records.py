@@ -246,6 +246,11 @@ class PgRecords(PgConnections):
         assert last is not None
         return _record(*first), _record(*last)
 
+    def newest_record(self, key: str) -> Record | None:
+        with self.connection() as conn:
+            last = conn.execute(PENDING_EDGE_SQL.format("DESC"), (key,)).fetchone()
+        return None if last is None else _record(*last)
+
     def newest_seq(self, key: str) -> int:
         """The conversation's capture clock, once any capture still committing is done.
 
