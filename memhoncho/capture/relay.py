@@ -72,6 +72,9 @@ class Relay:
         self._republished: dict[str, float] = {}
         #: conversations whose hint could not be published: tried again every scan
         self._owed: set[str] = set()
+        #: stale marks found behind a busy queue: their mtime then, and when (monotonic) to
+        #: look at them again
+        self._behind: dict[str, tuple[float, float]] = {}
 
     def scan(self, *, full: bool | None = None) -> ScanReport:
         """Publish for the requests and stale marks; with ``full`` (due every ``FULL_SCAN_S``
@@ -96,15 +99,20 @@ class Relay:
         # A stale mark is republished once; if that hint is lost too, the next capture or the
         # sweep re-drives it. Republishing on every look would pile hints up in the queue of
         # workers that are down, one per conversation every STALE_S.
+        # A stale mark whose queue holds messages waits behind a backlog: not lost until
+        # QUEUED_MAX_S (store/stranded.py). The broker is asked only if such a mark comes up,
+        # and such a mark is looked at again after STALE_S, not at every look.
+        busy = BusyQueues(self.deployment, self.deployment.settings())
+        looked_at = time.monotonic()
         stale = {
             key
             for key, mtime in waiting.items()
-            if now - mtime > hint_marks.STALE_S and self._republished.get(key) != mtime
+            if now - mtime > hint_marks.STALE_S
+            and self._republished.get(key) != mtime
+            and not self._still_behind(key, mtime, looked_at)
         }
-        # A stale mark whose queue holds messages waits behind a backlog: not lost until
-        # QUEUED_MAX_S (store/stranded.py). The broker is asked only if such a mark comes up.
-        busy = BusyQueues(self.deployment, self.deployment.settings())
         self._republished = {k: v for k, v in self._republished.items() if k in waiting}
+        self._behind = {k: v for k, v in self._behind.items() if k in waiting}
         keys = stale | self._owed
         if full:
             self._next_full = time.monotonic() + FULL_SCAN_S
@@ -116,12 +124,13 @@ class Relay:
         for key in sorted(keys):
             self._owed.discard(key)
             conversation_id = self._pending(key)
+            age = now - waiting.get(key, now)
             if (
-                key in stale
-                and conversation_id is not None
-                and now - waiting[key] <= QUEUED_MAX_S
+                conversation_id is not None
+                and hint_marks.STALE_S < age <= QUEUED_MAX_S
                 and busy(conversation_id)
             ):
+                self._behind[key] = (waiting[key], looked_at + hint_marks.STALE_S)
                 report.coalesced += 1  # its hint waits behind others: it covers these lines
                 continue
             if conversation_id is None:
@@ -179,6 +188,11 @@ class Relay:
         except MemhonchoError as exc:  # lost with the database: the sweep re-drives them
             _log_failure(exc)
         return report
+
+    def _still_behind(self, key: str, mtime: float, now: float) -> bool:
+        """Found behind a busy queue at this mtime, too recently to look again."""
+        behind = self._behind.get(key)
+        return behind is not None and behind[0] == mtime and now < behind[1]
 
     def _publish(self, conversation_id: str) -> bool:
         try:

@@ -27,7 +27,7 @@ from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import memhoncho_env
 from memhoncho.testing.relay import PublishRecorder
 from memhoncho.testing.runs import expected_texts, run_event
-from memhoncho.worker import routing
+from memhoncho.worker import queue_depths, routing
 
 KEY = "sk-relay-key"
 
@@ -91,11 +91,15 @@ def test_a_stale_mark_is_published_again_by_the_relay(quiet_host: Host) -> None:
 
 
 def test_a_stale_mark_whose_queue_holds_messages_waits_until_queued_max(
-    quiet_host: Host,
+    quiet_host: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A hint behind a backlog is not lost (store/stranded.py): the relay leaves it, counted
     as coalesced, while the conversation's queue on the (embedded) broker holds messages, and
-    republishes once the mark is older than QUEUED_MAX_S, or once the queue is empty."""
+    republishes once the mark is older than QUEUED_MAX_S, or once the queue is empty. Such a
+    mark is looked at again after STALE_S, not at every look (a backlog of thousands)."""
+    asked: list[object] = []
+    real_read = queue_depths.read
+    monkeypatch.setattr(queue_depths, "read", lambda *a: asked.append(a) or real_read(*a))
     recorder = PublishRecorder()
     relay = Relay(quiet_host.deployment, recorder)
     quiet_host.capture(run_event("conv-1", 0))
@@ -105,7 +109,8 @@ def test_a_stale_mark_whose_queue_holds_messages_waits_until_queued_max(
     old = time.time() - hint_marks.STALE_S - 1
     os.utime(mark, (old, old))
     report = relay.scan(full=True)
-    assert (report.published, report.coalesced) == (0, 1)
+    assert (report.published, report.coalesced, len(asked)) == (0, 1, 1)
+    assert relay.scan(full=False).published == 0 and len(asked) == 1  # not again so soon
     older = time.time() - stranded.QUEUED_MAX_S - 1
     os.utime(mark, (older, older))
     assert relay.scan(full=False).published == 1
