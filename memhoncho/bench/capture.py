@@ -19,7 +19,6 @@ import argparse
 import json
 import logging
 import os
-import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from memhoncho.bench.own_redis import bench_redis
 from memhoncho.capture.host import Host
 from memhoncho.settings import SECRETS_FILE, SETTINGS_FILE
 from memhoncho.store import hint_marks
+from memhoncho.testing.ports import free_port
 
 DEFAULT_SAMPLES = 1000
 WARMUP = 100  # captures before measuring (imports, connections, caches)
@@ -60,12 +60,6 @@ def _run(i: int, conversation_id: str = CONVERSATION) -> dict[str, Any]:
             "answer": {"entry_id": 2 * i + 1, "content": [{"type": "text", "text": ANSWER_TEXT}]},
         },
     }
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _config(root: Path, broker_url: str | None) -> Path:
@@ -200,7 +194,7 @@ def _measure(samples: int, root: Path, broker_url: str | None) -> dict[str, Any]
 
 
 def _broker_down(samples: int, root: Path) -> dict[str, Any]:
-    config = _config(root, f"redis://127.0.0.1:{_closed_port()}/0")
+    config = _config(root, f"redis://127.0.0.1:{free_port()}/0")
     latencies: list[float] = []
     enqueued = 0
     host_log = logging.getLogger("memhoncho.capture.host")

@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,7 @@ from memhoncho.honcho import adapter
 from memhoncho.models import OUTBOX_ID_KEY, RunEvent
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import StandInControl
+from memhoncho.testing.ports import free_port
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env, running
 from memhoncho.testing.runs import run_event
 from memhoncho.worker import routing
@@ -81,9 +81,7 @@ def _held(standin: StandInControl, workspace: str) -> int:
 @contextlib.contextmanager
 def _standin_process() -> Iterator[StandInControl]:
     """``memhoncho stand-in`` in its own process, so it never shares the host's GIL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "memhoncho", "stand-in", "--port", str(port)],
         stdout=subprocess.PIPE,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from memhoncho.bench.figures import latency_figures
+from memhoncho.testing.ports import free_port
 
 DEFAULT_SAMPLES = 50  # B's saves, idle and busy
 WARMUP = 5  # B's saves before the idle ones, not counted
@@ -27,12 +28,6 @@ FLOOD = 60  # A's honcho_chat calls started at once
 HANG_S = 60.0  # seconds the stand-in holds each chat (and memhoncho's chat timeout)
 KEY = "sk-bench-mcp-busy"
 OWNERS = {"ana@example.com": "ana-bench-token-0123456789", "bo": "bo-bench-token-0123456789ab"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -50,12 +45,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         initialise(data_dir)  # as `memhoncho init`: the server refuses a new folder
         tokens = Path(tmp) / "tokens"
         tokens.write_text("".join(f"{t} {o}\n" for o, t in OWNERS.items()), encoding="utf-8")
-        with HonchoStandIn(api_key=KEY, llm=True, port=_free_port()) as standin:
+        with HonchoStandIn(api_key=KEY, llm=True, port=free_port()) as standin:
             point_at_standin(config_dir, standin, "bench-busy", KEY, chat_timeout_s=HANG_S)
             standin.faults.add(
                 "timeout_before_commit", path_contains="/chat", count=None, sleep_s=HANG_S
             )
-            port = _free_port()
+            port = free_port()
             server = subprocess.Popen(
                 [sys.executable, "-m", "memhoncho", "mcp", "--http", f"127.0.0.1:{port}"]
                 + ["--tokens-file", str(tokens)],

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
+from memhoncho.testing.ports import free_port
+
 CONNECT_TIMEOUT_S = 2  # seconds to reach the test server before skipping
 TABLES = (
     "memhoncho_conversations",
@@ -96,7 +98,7 @@ class PrivateCluster:
         self.bin_dir = Path(bin_dir or _postgres_bin_dir())
         self.root = Path(tempfile.mkdtemp(prefix="memhoncho-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         self._as_postgres = os.geteuid() == 0
         if self._as_postgres:
@@ -143,11 +145,3 @@ def _postgres_bin_dir() -> str:
             pytest.fail("PostgreSQL's server programs (initdb, pg_ctl) are not installed")
         pytest.skip("PostgreSQL's server programs (initdb, pg_ctl) are not installed")
     return os.path.dirname(found[-1])
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import quote, urlsplit
 
+from memhoncho.testing.ports import free_port
+
 DEFAULT_SERVER = "amqp://guest:guest@127.0.0.1:5672//"
 CTL_TIMEOUT_S = 60  # seconds for one rabbitmqctl call (an Erlang VM starts each time)
 
@@ -84,8 +86,8 @@ class PrivateNode:
             _unavailable("rabbitmq-server is not installed")
         self.server = server
         self.root = Path(tempfile.mkdtemp(prefix="memhoncho-rmq-"))
-        self.port = _free_port()
-        self.dist_port = _free_port()
+        self.port = free_port()
+        self.dist_port = free_port()
         self.name = f"memhoncho{os.getpid()}{secrets.token_hex(3)}@localhost"
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}//"
         (self.root / "plugins").write_text("[].\n")
@@ -177,9 +179,3 @@ class PrivateNode:
 
     def __exit__(self, *_: object) -> None:
         self.destroy()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -19,7 +19,6 @@ import contextlib
 import fcntl
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memhoncho.testing.ports import free_port
 from memhoncho.testing.processes import terminate
 
 ENV_URL = "MEMHONCHO_TEST_REDIS_URL"
@@ -86,12 +86,6 @@ def open_place(env_url: str = ENV_URL) -> RedisPlace:
     return _claimed()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def pings(url: str) -> bool:
     """Whether a Redis answers at ``url`` within half a second."""
     import redis
@@ -108,7 +102,7 @@ def pings(url: str) -> bool:
 def _private(binary: str) -> RedisPlace:
     workdir = Path(tempfile.mkdtemp(prefix="memhoncho-test-redis-"))
     for _ in range(START_ATTEMPTS):
-        port = _free_port()
+        port = free_port()
         process = subprocess.Popen(
             [
                 binary,

@@ -21,6 +21,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.store import hint_marks
 from memhoncho.store.layout import Layout
 from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.ports import free_port
 from memhoncho.testing.runs import run_event
 from memhoncho.worker import routing
 
@@ -107,11 +108,7 @@ def test_a_delivery_that_starts_takes_the_mark_and_the_next_capture_hints_again(
 def test_a_failed_publish_leaves_no_mark_so_nothing_waits_on_a_hint_that_is_not_there(
     config_dir: Path, data_dir: Path
 ) -> None:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed = probe.getsockname()[1]
+    closed = free_port()
     write_settings(config_dir, broker_url=f"redis://127.0.0.1:{closed}/0")
     write_api_key(config_dir, KEY)
     with Host(config_dir, data_dir) as host:

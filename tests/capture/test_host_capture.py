@@ -9,7 +9,6 @@ import os
 import random
 import select
 import signal
-import socket
 import statistics
 import threading
 import time
@@ -38,6 +37,7 @@ from memhoncho.store.ledger import write_ledger
 from memhoncho.store.lines import decode_line
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing.config import write_settings
+from memhoncho.testing.ports import free_port
 from memhoncho.worker import routing
 
 SECRET = "sk-secret-0123456789abcdef"
@@ -393,12 +393,6 @@ def test_any_event_is_stored_or_refused_with_a_typed_error_and_nothing_written_o
 # ---- the broker ---------------------------------------------------------------------------
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.mark.parametrize("inline", [False, True], ids=["hint-thread", "inline"])
 def test_a_broker_that_is_down_does_not_slow_capture_past_50_ms(
     config_dir: Path,
@@ -407,7 +401,7 @@ def test_a_broker_that_is_down_does_not_slow_capture_past_50_ms(
     caplog: pytest.LogCaptureFixture,
     inline: bool,
 ) -> None:
-    monkeypatch.setenv("MEMHONCHO_BROKER_URL", f"redis://127.0.0.1:{_closed_port()}/0")
+    monkeypatch.setenv("MEMHONCHO_BROKER_URL", f"redis://127.0.0.1:{free_port()}/0")
     monkeypatch.setenv("MEMHONCHO_API_KEY", SECRET)
     latencies: list[float] = []
     with (

@@ -117,9 +117,9 @@ def test_two_hosts_capturing_at_once_get_distinct_seqs_and_lose_nothing(
 def test_a_capture_while_the_database_is_unreachable_is_a_typed_error_at_once(
     config_dir: Path, data_dir: Path
 ) -> None:
-    from memhoncho.testing.postgres import _free_port
+    from memhoncho.testing.ports import free_port
 
-    url = f"postgresql://postgres@127.0.0.1:{_free_port()}/nothing"  # nobody listens there
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/nothing"  # nobody listens there
     write_settings(config_dir, store_url=url, store_timeout_s=DOWN_TIMEOUT_S)
     with Host(config_dir, data_dir) as host:
         for _ in range(2):  # the first builds the pool, the second meets the closed one
@@ -314,12 +314,12 @@ def test_doctor_checks_the_database_store_answers_at_the_current_schema(
     config_dir: Path, data_dir: Path, postgres_url: str
 ) -> None:
     from memhoncho.cli import doctor
-    from memhoncho.testing.postgres import _free_port
+    from memhoncho.testing.ports import free_port
 
     write_settings(config_dir, store_url=postgres_url)
     assert doctor.check_store(Deployment(config_dir, data_dir)).verdict == "pass"
     close_stores()
-    down = f"postgresql://postgres@127.0.0.1:{_free_port()}/x"
+    down = f"postgresql://postgres@127.0.0.1:{free_port()}/x"
     write_settings(config_dir, store_url=down, store_timeout_s=DOWN_TIMEOUT_S)
     check = doctor.check_store(Deployment(config_dir, data_dir))
     assert check.verdict == "fail" and "ERR_STORE_UNAVAILABLE" in check.detail

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import socket
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment, identity, initialise
 from memhoncho.store.foreign_hints import read_foreign_hints
 from memhoncho.testing.config import write_api_key, write_settings
+from memhoncho.testing.ports import free_port
 from memhoncho.testing.postgres import private_database
 from memhoncho.testing.runs import run_event
 from memhoncho.worker import foreign, routing
@@ -94,9 +94,7 @@ def test_a_worker_on_postgresql_counts_a_hint_from_a_host_on_the_files(
 def test_a_database_out_of_reach_gives_no_identity_and_is_asked_again(
     tmp_path: Path, postgres_url: str
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed = probe.getsockname()[1]
+    closed = free_port()
     deployment = _on(
         tmp_path,
         store_url=f"postgresql://postgres@127.0.0.1:{closed}/nothing",

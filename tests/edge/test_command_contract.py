@@ -26,6 +26,7 @@ from memhoncho.capture import relay_socket
 from memhoncho.cli import parser as cli_parser
 from memhoncho.deployment import initialise
 from memhoncho.testing.config import write_settings
+from memhoncho.testing.ports import free_port
 from memhoncho.testing.runs import run_event
 
 DOWN = "postgresql://memhoncho@127.0.0.1:1/nothing"  # nothing listens on port 1
@@ -87,12 +88,6 @@ class Run:
 
 
 Step = Run | str  # a str: why the command has no such case
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _bad_run(root: Path) -> None:
@@ -352,7 +347,7 @@ def test_every_command_keeps_the_exit_code_contract(
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
-        port = _free_port()
+        port = free_port()
         values = {"root": str(root), "port": str(port), "taken": str(taken.getsockname()[1])}
         if any("{postgres}" in a for a in step.argv):
             values["postgres"] = request.getfixturevalue("postgres_url")

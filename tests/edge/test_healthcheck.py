@@ -17,6 +17,7 @@ from memhoncho.capture import relay
 from memhoncho.capture.example_host import main as example_host
 from memhoncho.deployment import Deployment
 from memhoncho.status.http import StatusServer, status_token
+from memhoncho.testing.ports import free_port
 from memhoncho.testing.processes import serving
 from memhoncho.testing.runs import answered_run
 
@@ -90,9 +91,7 @@ def test_the_status_healthcheck_passes_only_while_the_server_answers_the_token(
     token_file.write_text("another-token")  # rotated here, not in the server: a 401
     time.sleep(settings.RACY_S * 2)
     assert cli.main([*argv, "--port", str(port)]) == 1
-    with socket.socket() as probe:  # a port nobody serves
-        probe.bind(("127.0.0.1", 0))
-        closed = probe.getsockname()[1]
+    closed = free_port()  # a port nobody serves
     token_file.write_text(TOKEN)
     assert cli.main([*argv, "--port", str(closed)]) == 1
 

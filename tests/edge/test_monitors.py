@@ -5,7 +5,6 @@ queues live in the data directory."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from memhoncho.testing.ports import free_port
 from memhoncho.testing.processes import memhoncho_env, terminate, wait_until
 from memhoncho.worker.app import celery_command
 
@@ -37,17 +37,11 @@ def _celery(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_flower_serves_on_a_server_broker_without_an_initialised_data_directory(
     tmp_path: Path, redis_url: str
 ) -> None:
     env = _env(tmp_path, redis_url)
-    port = _free_port()
+    port = free_port()
     flower = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "memhoncho.celery_app", "flower"]
         + [f"--port={port}", "--address=127.0.0.1"],

@@ -5,7 +5,6 @@ its own on the machine's RabbitMQ (``testing/rabbitmq.py``)."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from memhoncho.recall import tools
 from memhoncho.status.view import queues_bucket
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin, write_api_key, write_settings
+from memhoncho.testing.ports import free_port
 from memhoncho.testing.processes import CeleryProcess
 from memhoncho.testing.rabbitmq import private_vhost
 from memhoncho.testing.runs import run_event
@@ -53,12 +53,6 @@ def settings(
     )
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_recall_through_a_worker_answers_typed_and_remember_is_stored(
     host: Host, deployment: Deployment, celery_process: Callable[..., CeleryProcess]
 ) -> None:
@@ -84,7 +78,7 @@ def test_recall_through_a_worker_answers_typed_and_remember_is_stored(
 def test_a_recall_with_rabbitmq_down_is_a_typed_error_within_the_tool_timeout(
     config_dir: Path, data_dir: Path, settings: dict[str, Any]
 ) -> None:
-    down = f"amqp://guest:guest@127.0.0.1:{_closed_port()}//"
+    down = f"amqp://guest:guest@127.0.0.1:{free_port()}//"
     write_settings(config_dir, **{**settings, "broker_url": down}, tool_timeout_s=3.0)
     with Host(config_dir, data_dir) as host:
         started = time.monotonic()
@@ -121,7 +115,7 @@ def test_doctor_checks_the_rabbitmq_broker_and_where_recall_answers(
         app.close()
     assert verdict.ok and "rabbitmq" in verdict.detail and "store" in verdict.detail, verdict
 
-    down = f"amqp://guest:guest@127.0.0.1:{_closed_port()}//"
+    down = f"amqp://guest:guest@127.0.0.1:{free_port()}//"
     write_settings(config_dir, **{**settings, "broker_url": down})
     app = create_app(Deployment(config_dir, deployment.data_dir))
     try:

@@ -21,16 +21,11 @@ from memhoncho import ids
 from memhoncho.deployment import Deployment
 from memhoncho.integrations.mcp import scope
 from memhoncho.models import Snapshot
+from memhoncho.testing.ports import free_port
 from memhoncho.testing.processes import memhoncho_env, terminate, wait_until
 
 MEMHONCHO = [sys.executable, "-m", "memhoncho"]
 HTTP_START_S = 60.0  # seconds the HTTP server may take to listen (a loaded machine)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def server_env(config_dir: Path, data_dir: Path) -> dict[str, str]:

@@ -31,6 +31,7 @@ from memhoncho.testing.claude_code_transcript import (
     run_hook,
 )
 from memhoncho.testing.config import point_at_standin
+from memhoncho.testing.ports import free_port
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env, wait_until
 from memhoncho.testing.relay import RelayProcess
 
@@ -38,14 +39,6 @@ pytestmark = pytest.mark.slow
 
 KEY = "sk-claude-code-key"
 OWNER = "ana@example.com"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Session:
@@ -71,7 +64,7 @@ class Session:
 def test_sessions_played_through_the_installed_hooks_land_once_in_order(
     tmp_path: Path, config_dir: Path, data_dir: Path, workspace_id: str, redis_url: str
 ) -> None:
-    standin = HonchoStandIn(api_key=KEY, port=_free_port()).start()
+    standin = HonchoStandIn(api_key=KEY, port=free_port()).start()
     point_at_standin(config_dir, standin, workspace_id, KEY, broker_url=redis_url)
     standin.stop()  # Honcho is down for the whole session
     project = tmp_path / "shop"

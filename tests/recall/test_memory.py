@@ -289,9 +289,9 @@ def test_sections_on_an_unreachable_database_are_empty_with_the_error_status(
     config_dir: Path, data_dir: Path
 ) -> None:
     from memhoncho.store import close_stores
-    from memhoncho.testing.postgres import _free_port
+    from memhoncho.testing.ports import free_port
 
-    url = f"postgresql://postgres@127.0.0.1:{_free_port()}/nothing"  # nobody listens there
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/nothing"  # nobody listens there
     _configure(config_dir, store_url=url, store_timeout_s=1.0)
     deployment = Deployment(config_dir, data_dir)
     try:

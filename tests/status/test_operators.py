@@ -7,7 +7,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.status.view import status_view
 from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
+from memhoncho.testing.ports import free_port
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env, wait_until
 from memhoncho.testing.runs import answered_run
 from memhoncho.worker import routing
@@ -179,13 +179,6 @@ def test_health_turns_failing_with_a_failing_honcho_and_back_to_healthy(
     assert KEY not in text and "user text of r1" not in text
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 FLOWER_AUTH = "ops:flower-test-password"
 
 
@@ -207,7 +200,7 @@ def test_flower_from_the_default_install_lists_the_worker_and_memhoncho_tasks(
     standin: HonchoStandIn,
     workspace_id: str,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     flower = CeleryProcess(
         "flower",
         live,
