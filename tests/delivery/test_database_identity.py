@@ -41,8 +41,10 @@ def _on(root: Path, **settings: object) -> Deployment:
 
 
 def _another_name(url: str) -> str:
-    """The same database by another URL: another host name and a connection parameter."""
-    return url.replace("127.0.0.1", "localhost", 1) + "?application_name=memhoncho-other"
+    """The same database by another URL (connection parameters of its own: no other host
+    name, which could reach the server by IPv6 and another pg_hba rule)."""
+    joiner = "&" if "?" in url else "?"
+    return f"{url}{joiner}application_name=memhoncho-other&connect_timeout=7"
 
 
 def test_a_database_is_known_by_its_identity_not_by_its_url(
