@@ -79,14 +79,19 @@ def test_a_request_whose_publish_failed_is_asked_again_and_published_at_the_next
     assert relay.scan(full=False).published == 1
 
 
+def _age_mark(host: Host, conversation_id: str, seconds: float) -> None:
+    """Date the conversation's hint mark ``seconds`` back."""
+    mark = hint_marks.mark_path(host.deployment.layout, ids.conversation_key(conversation_id))
+    then = time.time() - seconds
+    os.utime(mark, (then, then))
+
+
 def test_a_stale_mark_is_published_again_by_the_relay(quiet_host: Host) -> None:
     recorder = PublishRecorder()
     relay = Relay(quiet_host.deployment, recorder)
     quiet_host.capture(run_event("conv-1", 0))
     relay.scan(full=False)
-    mark = hint_marks.mark_path(quiet_host.deployment.layout, ids.conversation_key("conv-1"))
-    old = time.time() - hint_marks.STALE_S - 1
-    os.utime(mark, (old, old))  # the hint was lost (a flushed broker)
+    _age_mark(quiet_host, "conv-1", hint_marks.STALE_S + 1)  # lost (a flushed broker)
     assert relay.scan(full=False).published == 1
 
 
@@ -105,14 +110,11 @@ def test_a_stale_mark_whose_queue_holds_messages_waits_until_queued_max(
     quiet_host.capture(run_event("conv-1", 0))
     relay.scan(full=False)
     assert quiet_host.enqueue_delivery("conv-1")  # the hint, waiting in its queue
-    mark = hint_marks.mark_path(quiet_host.deployment.layout, ids.conversation_key("conv-1"))
-    old = time.time() - hint_marks.STALE_S - 1
-    os.utime(mark, (old, old))
+    _age_mark(quiet_host, "conv-1", hint_marks.STALE_S + 1)
     report = relay.scan(full=True)
     assert (report.published, report.coalesced, len(asked)) == (0, 1, 1)
     assert relay.scan(full=False).published == 0 and len(asked) == 1  # not again so soon
-    older = time.time() - stranded.QUEUED_MAX_S - 1
-    os.utime(mark, (older, older))
+    _age_mark(quiet_host, "conv-1", stranded.QUEUED_MAX_S + 1)
     assert relay.scan(full=False).published == 1
     assert recorder.published == ["conv-1", "conv-1"]
 
@@ -132,9 +134,7 @@ def test_a_stale_mark_is_republished_when_its_queue_is_empty_though_others_are_b
     quiet_host.capture(run_event("conv-1", 0))
     relay.scan(full=False)
     assert quiet_host.enqueue_delivery(other)  # another queue is busy, not conv-1's
-    mark = hint_marks.mark_path(quiet_host.deployment.layout, ids.conversation_key("conv-1"))
-    old = time.time() - hint_marks.STALE_S - 1
-    os.utime(mark, (old, old))
+    _age_mark(quiet_host, "conv-1", hint_marks.STALE_S + 1)
     assert relay.scan(full=False).published == 1
 
 
