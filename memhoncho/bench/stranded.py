@@ -198,11 +198,7 @@ def _flush(broker: str | None) -> None:
 
         with kombu.Connection(broker, connect_timeout=5) as conn:
             channel = conn.channel()
-            for name in [
-                *routing.deliver_queues(64),
-                routing.RECALL_QUEUE,
-                routing.MAINTENANCE_QUEUE,
-            ]:
+            for name in routing.all_queues(64):
                 try:
                     channel.queue_purge(name)
                 except conn.channel_errors:

@@ -198,11 +198,7 @@ def _serves(deployment: Deployment, conf: dict[str, Any]) -> str | None:
 
 def check_workers(deployment: Deployment, app: Any) -> Check:
     """Some worker consumes every queue: deliver.N, recall (the tools) and maintenance (sweep)."""
-    wanted = [
-        *routing.deliver_queues(deployment.settings().partitions),
-        routing.RECALL_QUEUE,
-        routing.MAINTENANCE_QUEUE,
-    ]
+    wanted = routing.all_queues(deployment.settings().partitions)
     try:
         replies = app.control.inspect(timeout=INSPECT_TIMEOUT_S).active_queues() or {}
     except Exception as exc:

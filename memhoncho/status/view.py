@@ -21,7 +21,7 @@ from memhoncho.status import foreign_hints, health, redactions, render, stranded
 from memhoncho.status.workers import MAX_AGE_S, WorkersReader, others
 from memhoncho.store import parked
 from memhoncho.store.base import Census
-from memhoncho.worker import queue_depths
+from memhoncho.worker import queue_depths, routing
 
 OK = "ok"
 DEGRADED = "degraded"
@@ -184,17 +184,13 @@ def hooks_bucket(deployment: Deployment) -> dict[str, Any]:
 # ---- broker ------------------------------------------------------------------------------
 
 
-def queue_names(current: Settings) -> list[str]:
-    return queue_depths.queue_names(current)
-
-
 def queues_bucket(deployment: Deployment, current: Settings) -> dict[str, Any]:
     """Each queue's waiting messages, asked of the broker (``worker/queue_depths.py``)."""
     kind = broker_kind(current)
     if kind == "embedded" and not (deployment.layout.broker_dir / "queue").is_dir():
         return _bucket(["the embedded broker's queue folder does not exist yet"], depths=None)
     try:
-        depths = queue_depths.read(deployment, current, queue_names(current))
+        depths = queue_depths.read(deployment, current, routing.all_queues(current.partitions))
     except queue_depths.DepthsUnknown as exc:
         return _bucket([str(exc)], depths=None)
     except Exception as exc:
@@ -221,7 +217,7 @@ def tasks_bucket(
         }
     except Exception as exc:
         return _bucket([f"task results unreadable ({type(exc).__name__})"], tasks=None)
-    consumers = dict.fromkeys(queue_names(current), 0)
+    consumers = dict.fromkeys(routing.all_queues(current.partitions), 0)
     for queues in workers.values():
         for queue in queues:
             if queue in consumers:

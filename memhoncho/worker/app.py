@@ -122,11 +122,7 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
         celery.conf.broker_transport = EMBEDDED_TRANSPORT
     logs.connect_celery(current.log_format)  # fields on memhoncho's log lines in workers
     exchange = Exchange("memhoncho", type="direct")
-    queue_names = [
-        *routing.deliver_queues(current.partitions),
-        routing.RECALL_QUEUE,
-        routing.MAINTENANCE_QUEUE,
-    ]
+    queue_names = routing.all_queues(current.partitions)
     celery.conf.update(
         # Durable queues, persistent messages. On RabbitMQ classic queues, not quorum queues:
         # a hint is re-created from the store whenever one is lost, so replication buys

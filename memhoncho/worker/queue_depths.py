@@ -28,14 +28,6 @@ class DepthsUnknown(Exception):
     """The broker's kind has no depth reader (the reason is the message)."""
 
 
-def queue_names(current: Settings) -> list[str]:
-    return [
-        *routing.deliver_queues(current.partitions),
-        routing.RECALL_QUEUE,
-        routing.MAINTENANCE_QUEUE,
-    ]
-
-
 def redis_depths(url: str, names: list[str]) -> dict[str, int]:
     import redis
 

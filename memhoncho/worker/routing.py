@@ -38,6 +38,11 @@ def deliver_queues(partitions: int) -> list[str]:
     return [f"{DELIVER_QUEUE_PREFIX}{i}" for i in range(partitions)]
 
 
+def all_queues(partitions: int) -> list[str]:
+    """Every queue of the app: the deliver partitions, recall and maintenance."""
+    return [*deliver_queues(partitions), RECALL_QUEUE, MAINTENANCE_QUEUE]
+
+
 DELIVER = "deliver"  # routed by conversation partition
 #: every memhoncho task's wire name and where it goes; a guard test checks each task is here
 TASK_QUEUES: dict[str, str] = {

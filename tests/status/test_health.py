@@ -16,9 +16,10 @@ from memhoncho.errors import ConfigError
 from memhoncho.results import ErrorSummary
 from memhoncho.results.file_store import FileResults
 from memhoncho.status import health, render
-from memhoncho.status.view import queue_names, status_view
+from memhoncho.status.view import status_view
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing.config import write_api_key
+from memhoncho.worker import routing
 
 SECRET = "sk-health-SECRET-value"
 
@@ -35,13 +36,16 @@ def _healthy_view(**changes: Any) -> dict[str, Any]:
     view: dict[str, Any] = {
         "config": {"state": "ok", "configured": True},
         "outbox": {"state": "ok", "pending_batches": 0, "oldest_pending_age_s": 0.0},
-        "queues": {"state": "ok", "depths": dict.fromkeys(queue_names(current), 0)},
+        "queues": {
+            "state": "ok",
+            "depths": dict.fromkeys(routing.all_queues(current.partitions), 0),
+        },
         "tasks": {
             "state": "ok",
             "tasks": {"memhoncho.deliver": {"consecutive_failures": 0}},
             "live_beats": 1,
             "live_workers": 1,
-            "consumers": dict.fromkeys(queue_names(current), 1),
+            "consumers": dict.fromkeys(routing.all_queues(current.partitions), 1),
         },
         "degraded": [],
     }
@@ -80,14 +84,14 @@ def test_pending_older_than_two_sweeps_is_stalled() -> None:
 
 def test_a_queue_nobody_consumes_is_stalled_when_messages_wait_and_degraded_when_not() -> None:
     current = settings.Settings()
-    consumers = dict.fromkeys(queue_names(current), 1)
+    consumers = dict.fromkeys(routing.all_queues(current.partitions), 1)
     consumers["memhoncho.maintenance"] = 0
     idle = _verdict(_healthy_view(tasks__consumers=consumers))
     assert idle == {
         "verdict": "degraded",
         "reasons": ["no live worker consumes memhoncho.maintenance"],
     }
-    depths = dict.fromkeys(queue_names(current), 0)
+    depths = dict.fromkeys(routing.all_queues(current.partitions), 0)
     depths["memhoncho.maintenance"] = 4
     waiting = _verdict(_healthy_view(tasks__consumers=consumers, queues__depths=depths))
     assert waiting["verdict"] == "stalled"
