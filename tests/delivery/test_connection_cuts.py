@@ -101,7 +101,9 @@ def test_cut_connections_to_rabbitmq_and_postgres_lose_and_duplicate_nothing(
             which = "broker" if n % 2 == 0 else "store"
             cut[which] += (broker_proxy if which == "broker" else store_proxy).cut()
         capturing.join()
-        wait_delivered(standin, workspace_id, names, runs, redrive=swept(deployment, host))
+        wait_delivered(
+            standin, deployment, workspace_id, names, runs, redrive=swept(deployment, host)
+        )
     print(f"connections cut={cut}")
     assert cut["broker"] >= CUTS and cut["store"] >= CUTS  # each cut ended live connections
     assert_each_conversation_complete_in_order_once(standin, deployment, workspace_id, names, runs)

@@ -27,7 +27,7 @@ import redis
 from memhoncho import ids
 from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
-from memhoncho.models import OUTBOX_ID_KEY
+from memhoncho.models import OUTBOX_ID_KEY, Ledger
 from memhoncho.store import hint_marks
 from memhoncho.store.ledger import read_ledger
 from memhoncho.testing import HonchoStandIn
@@ -206,26 +206,39 @@ def stored_texts(standin: HonchoStandIn, workspace_id: str) -> dict[str, list[di
 
 def wait_delivered(
     standin: HonchoStandIn,
+    deployment: Deployment,
     workspace_id: str,
     names: list[str],
     runs: int,
     timeout_s: float = SETTLE_TIMEOUT_S,
     redrive: Any = None,
 ) -> None:
-    """Until the stand-in holds at least every expected message (or the time is up)."""
+    """Until the stand-in holds at least every expected message and every ledger is settled
+    (or the time is up). Both, and with the workers still running: a send that timed out after
+    Honcho stored it, or whose worker was killed, leaves its ledger in flight until a retry
+    past the fence reconciles it, seconds after the messages are in. A fleet stopped at the
+    stand-in's count alone left that retry unrun (CI, 2026-12-07)."""
     wanted = len(names) * runs * 2
+    store = deployment.store()
     deadline = time.monotonic() + timeout_s
     last, last_change = -1, time.monotonic()
     while time.monotonic() < deadline:
         held = sum(len(m) for m in stored_texts(standin, workspace_id).values())
-        if held >= wanted:
+        ledgers = [store.read_ledger(ids.conversation_key(name)) for name in names]
+        if held >= wanted and all(_settled(ledger, runs) for ledger in ledgers):
             return
-        if held != last:
-            last, last_change = held, time.monotonic()
+        progress = held + sum(ledger.messages_delivered for ledger in ledgers if ledger)
+        if progress != last:
+            last, last_change = progress, time.monotonic()
         elif redrive is not None and time.monotonic() - last_change > REDRIVE_AFTER_S:
             redrive()  # what the sweep does every 15 minutes, sooner
             last_change = time.monotonic()
         time.sleep(POLL_S)
+
+
+def _settled(ledger: Ledger | None, runs: int) -> bool:
+    """All ``runs`` delivered (two messages each), nothing in flight."""
+    return ledger is not None and not ledger.in_flight and ledger.messages_delivered == runs * 2
 
 
 def swept(deployment: Deployment, host: Host) -> Callable[[], object]:
@@ -238,17 +251,11 @@ def wait_ledgers_settled(
     deployment: Deployment, names: list[str], runs: int, timeout_s: float = LEDGER_SETTLE_S
 ) -> None:
     """Until every ledger holds all ``runs`` delivered with nothing in flight (or the time is
-    up). Honcho can hold every message while a ledger is still in flight: a send that timed out
-    or whose worker was killed after Honcho stored it is settled by the retry (or the watchdog's
-    re-drive) past its fence, seconds after the messages are in."""
+    up), for a test that waited on something else than ``wait_delivered``."""
     store = deployment.store()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        ledgers = [store.read_ledger(ids.conversation_key(name)) for name in names]
-        if all(
-            ledger is not None and not ledger.in_flight and ledger.messages_delivered == runs * 2
-            for ledger in ledgers
-        ):
+        if all(_settled(store.read_ledger(ids.conversation_key(name)), runs) for name in names):
             return
         time.sleep(POLL_S)
 
@@ -281,12 +288,11 @@ def test_fifty_conversations_of_two_hundred_runs_arrive_complete_in_order_once(
     host: Host, config_dir: Path, data_dir: Path, standin: HonchoStandIn, workspace_id: str
 ) -> None:
     names, runs = conversations(50), 200
+    deployment = Deployment(config_dir, data_dir)
     with fleet(config_dir, data_dir, MIXED_FLEET):
         capture_concurrently(host, names, runs)
-        wait_delivered(standin, workspace_id, names, runs)
-    assert_each_conversation_complete_in_order_once(
-        standin, Deployment(config_dir, data_dir), workspace_id, names, runs
-    )
+        wait_delivered(standin, deployment, workspace_id, names, runs)
+    assert_each_conversation_complete_in_order_once(standin, deployment, workspace_id, names, runs)
     # Coalesced: far fewer sends than runs.
     sends = standin.request_count(path_contains="/messages", method="POST")
     assert sends < len(names) * runs / 2
@@ -311,7 +317,7 @@ def test_pool_children_killed_at_random_moments_lose_duplicate_and_reorder_nothi
         kills = capture_under_kills(
             host, workers, names, runs, plan, go_on=lambda kills, _: kills < KILLS
         )
-        wait_delivered(standin, workspace_id, names, runs, redrive=redrive)
+        wait_delivered(standin, deployment, workspace_id, names, runs, redrive=redrive)
         mid_task = sum(w.log_text().count("WorkerLostError") for w in workers)
     print(f"kills={kills} mid-task={mid_task} sweep re-drives={len(redrive.times)}")
     assert kills >= KILLS
@@ -338,7 +344,9 @@ def test_a_stand_in_failing_a_fifth_of_calls_loses_and_duplicates_nothing(
         )
     with fleet(config_dir, data_dir, MIXED_FLEET):
         capture_concurrently(host, names, runs, threads=2, pace_s=0.05)
-        wait_delivered(standin, workspace_id, names, runs, redrive=swept(deployment, host))
+        wait_delivered(
+            standin, deployment, workspace_id, names, runs, redrive=swept(deployment, host)
+        )
     fired = {f["kind"]: f["fired"] for f in standin.faults.list()}
     print(f"faults fired={fired} of {standin.request_count()} requests")
     assert all(fired[kind] > 0 for kind in ("http_500", "http_429", "timeout_after_commit")), fired
@@ -366,7 +374,7 @@ def test_a_flushed_broker_loses_nothing_the_next_capture_or_the_sweep_redrives_i
         assert stored_texts(standin, workspace_id) == {}
         for name in names[:5]:  # the next capture re-drives its conversation's whole backlog
             host.capture(run_event(name, runs, OWNER))
-        wait_delivered(standin, workspace_id, names[:5], runs + 1)
+        wait_delivered(standin, deployment, workspace_id, names[:5], runs + 1)
         assert_each_conversation_complete_in_order_once(
             standin, deployment, workspace_id, names[:5], runs + 1
         )
@@ -377,7 +385,7 @@ def test_a_flushed_broker_loses_nothing_the_next_capture_or_the_sweep_redrives_i
         flush_broker(broker_url)
         report = sweep(deployment, host.enqueue_delivery)
         assert report.enqueued >= 1
-        wait_delivered(standin, workspace_id, names, runs + 1)
+        wait_delivered(standin, deployment, workspace_id, names, runs + 1)
     assert_each_conversation_complete_in_order_once(
         standin, deployment, workspace_id, names, runs + 1
     )

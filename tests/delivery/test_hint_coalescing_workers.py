@@ -64,6 +64,7 @@ def test_coalesced_hints_from_two_processes_under_worker_kills_lose_and_duplicat
 ) -> None:
     names = conversations(12)
     ours, theirs = names[:8], names[8:]
+    deployment = Deployment(config_dir, data_dir)
     standin.faults.add("latency_ms", latency_ms=20, count=None, path_contains="/messages")
     with fleet(config_dir, data_dir, KILLABLE_FLEET) as workers:
         other = subprocess.Popen(
@@ -84,13 +85,11 @@ def test_coalesced_hints_from_two_processes_under_worker_kills_lose_and_duplicat
         )
         out, _ = other.communicate(timeout=120)
         assert other.returncode == 0
-        wait_delivered(standin, workspace_id, names, RUNS)  # no re-drive: hints alone
+        wait_delivered(standin, deployment, workspace_id, names, RUNS)  # no re-drive: hints alone
     their_hints = json.loads(out.strip().splitlines()[-1])["hints"]
     records = len(names) * RUNS
     hints = host.hints_published + their_hints
     print(f"kills={kills} records={records} hints={hints}")
     assert kills >= 10
-    assert_each_conversation_complete_in_order_once(
-        standin, Deployment(config_dir, data_dir), workspace_id, names, RUNS
-    )
+    assert_each_conversation_complete_in_order_once(standin, deployment, workspace_id, names, RUNS)
     assert hints < records  # coalesced: a waiting hint covered some captures

@@ -157,7 +157,9 @@ def settle(
     host: Host,
 ) -> None:
     """Wait until every run is delivered, sweeping ``deployment`` into ``host``'s queue."""
-    wait_delivered(standin, workspace_id, names, runs, SETTLE_TIMEOUT_S, swept(deployment, host))
+    wait_delivered(
+        standin, deployment, workspace_id, names, runs, SETTLE_TIMEOUT_S, swept(deployment, host)
+    )
 
 
 def assert_no_local_state(machines: list[Deployment]) -> None:
