@@ -30,6 +30,7 @@ from typing import Any
 from memhoncho import ids
 from memhoncho.deployment import Deployment
 from memhoncho.errors import MemhonchoError
+from memhoncho.settings import Settings
 from memhoncho.store import hint_marks, peek
 from memhoncho.store.ledger import read_ledger
 from memhoncho.store.relay_watch import HEARTBEAT_STALE_S as HEARTBEAT_STALE_S  # a relay gone
@@ -64,8 +65,10 @@ class Relay:
         self.deployment = deployment
         self.layout = deployment.layout
         self.publish = publish
+        #: the settings it last read (``_settings``)
+        self.current = deployment.settings()
         #: the requests and marks are the database's (PostgreSQL), not this data directory's
-        self.in_database = bool(deployment.settings().store_url)
+        self.in_database = bool(self.current.store_url)
         self._stamps: dict[str, Stamp] = {}
         self._next_full = 0.0  # monotonic time of the next full scan; the first is at once
         #: stale marks this relay republished, with the mtime it renewed them to
@@ -102,7 +105,7 @@ class Relay:
         # A stale mark whose queue holds messages waits behind a backlog: not lost until
         # QUEUED_MAX_S (store/stranded.py). The broker is asked only if such a mark comes up,
         # and such a mark is looked at again after STALE_S, not at every look.
-        busy = BusyQueues(self.deployment, self.deployment.settings())
+        busy = BusyQueues(self.deployment, self._settings())
         looked_at = time.monotonic()
         stale = {
             key
@@ -188,6 +191,19 @@ class Relay:
         except MemhonchoError as exc:  # lost with the database: the sweep re-drives them
             _log_failure(exc)
         return report
+
+    def _settings(self) -> Settings:
+        """The live settings, or the last ones read while the file is broken: a relay that is
+        serving answers captures with ERR_CONFIG then (``cli/relay.py``), and a look must not
+        end it meanwhile (it did, from 2026-12-06 until this read was guarded)."""
+        try:
+            self.current = self.deployment.settings()
+        except MemhonchoError as exc:
+            log.debug(
+                "settings unreadable: the relay keeps the last it read",
+                extra={"action": "relay_settings_unreadable", "code": exc.code},
+            )
+        return self.current
 
     def _still_behind(self, key: str, mtime: float, now: float) -> bool:
         """Found behind a busy queue at this mtime, too recently to look again."""

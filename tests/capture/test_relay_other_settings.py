@@ -15,14 +15,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from memhoncho import ids
 from memhoncho.capture import relay_socket
+from memhoncho.capture.relay import POLL_S
 from memhoncho.deployment import initialise
 from memhoncho.store import close_stores, open_store
 from memhoncho.testing.relay import RelayProcess
 from memhoncho.testing.runs import run_event
 
 ARMED = {relay_socket.FAULT_ENV: relay_socket.KILL_BEFORE_CAPTURE}
+LOOKS = 8  # looks of the relay it must outlive with its settings broken
 
 
 def _capture(
@@ -138,7 +142,9 @@ def test_settings_broken_under_a_running_relay_are_refused_as_in_process(
         (config / "settings" / "memhoncho.json").write_text('{"partitions": 0,}')
         captured = _capture(config, data, run_event("conv-bad", 0))
         shown = subprocess.run(status, env=clean, capture_output=True, text=True, check=False)
-        assert relay.proc is not None and relay.proc.poll() is None
+        assert relay.proc is not None
+        with pytest.raises(subprocess.TimeoutExpired):  # still serving, several looks later
+            relay.proc.wait(timeout=LOOKS * POLL_S)
     for done in (captured, shown):
         assert done.returncode == 2, done.stderr
         assert json.loads(done.stderr)["code"] == "ERR_CONFIG"
