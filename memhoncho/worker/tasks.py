@@ -12,6 +12,7 @@ import os
 import queue
 import random
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from celery import shared_task, signals
@@ -107,14 +108,21 @@ def _retry_or_give_up(
     default_delay_s: float,
     action: str,
     message: str,
+    claim: Callable[[], bool] | None = None,
 ) -> None:
     """Retry ``task`` after the delay the retry decision gives (raises Celery's Retry), or,
     on the ``max_attempts``-th attempt or an error not worth retrying, log ``message`` and
-    record that the task gave up (its work stays pending for the next sweep or beat)."""
+    record that the task gave up (its work stays pending for the next sweep or beat).
+
+    ``claim``: asked before a retry is queued; False when another task will do the work
+    (``_claim_retry``), and this one ends, recorded as given up with ``exc``."""
     from memhoncho.honcho import adapter
 
     decision = adapter.classify(exc, attempt)
     if decision.retry and attempt < max_attempts:
+        if claim is not None and not claim():
+            results.gave_up(task, exc)
+            return
         delay = decision.delay_s if decision.delay_s is not None else default_delay_s
         raise task.retry(countdown=delay) from None
     log.warning(message, extra={"action": action, "code": exc.code, "failures": attempt})
@@ -138,19 +146,37 @@ def _jittered(seconds: float) -> float:
     return seconds * random.uniform(0.5, 1.5)
 
 
+def _claim_retry(deployment: Deployment, conversation_id: str) -> Callable[[], bool]:
+    """The claim of a delivery's retry: one retrying hint a conversation. The retry claims the
+    conversation's hint mark as a capture does; where a hint already waits (a capture's, or
+    another task's retry) that one carries on and this task ends. Without it each capture
+    made while Honcho fails started a retry chain of its own (the delivery had taken the mark),
+    every chain backing off on the conversation's one failure count: N chains called a failing
+    Honcho N times as often and raised the count N times as fast (a retry 233 s away after
+    4 s of failures, seen in ``tests/delivery/test_delivery_workers.py``)."""
+    from memhoncho import ids
+
+    key = ids.conversation_key(conversation_id)
+
+    def claim() -> bool:
+        try:
+            return deployment.store().claim_hint(key)
+        except MemhonchoError:  # the mark cannot be read (a database away): retry anyway
+            return True
+
+    return claim
+
+
 def _retry_unreachable(
     task: Any, deployment: Deployment, conversation_id: str, exc: MemhonchoError
 ) -> None:
     """Honcho was never reached: nothing can land, so no fence and no giving up; try again
     soon (``retry.UNREACHABLE_RETRY_CAP_S``), as long as it takes, which is what notices it
-    back. One retrying hint a conversation: the retry claims the conversation's hint mark, and
-    where a hint already waits (a capture's) that one carries on and this task ends."""
-    from memhoncho import ids
+    back; one retrying hint a conversation (``_claim_retry``)."""
     from memhoncho.delivery import engine as delivery
     from memhoncho.honcho import adapter
 
-    key = ids.conversation_key(conversation_id)
-    if not deployment.store().claim_hint(key):
+    if not _claim_retry(deployment, conversation_id)():
         results.gave_up(task, exc)  # a failure for the results; the waiting hint retries
         return
     attempt = max(1, delivery.failures_in_a_row(deployment, conversation_id))
@@ -238,6 +264,7 @@ def deliver(
             default_delay_s=LOCK_RETRY_S,
             action="delivery_gave_up",
             message="delivery stopped; the records stay pending for the sweep",
+            claim=_claim_retry(deployment, conversation_id),
         )
         return None
     except MemhonchoError as exc:  # no key, a bad id, a store error: nothing to retry now

@@ -91,3 +91,40 @@ def test_delivery_retries_while_the_store_database_is_unreachable_then_leaves_it
     assert result.successful(), result.traceback
     assert result.get() is None  # gave up after its retries; the records wait in the store
     assert attempts == [CONVERSATION] * 4
+
+
+def test_a_failed_delivery_leaves_its_retry_to_a_hint_that_already_waits(
+    app: Celery,
+    host: Host,
+    deployment: Deployment,
+    standin: HonchoStandIn,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One retrying hint a conversation: a capture made while the delivery failed published a
+    # hint of its own (the delivery had taken the mark), and that hint carries the retry; the
+    # failed task does not start a second chain beside it.
+    from memhoncho.delivery import engine
+
+    host.capture(run_event(CONVERSATION, 0, "ana@example.com"))
+    standin.faults.add("http_503", path_contains="/messages", count=None)
+    real = engine.deliver_conversation
+    attempts: list[int] = []
+
+    def fails_while_a_capture_comes(deployment: Deployment, conversation_id: str) -> Any:
+        attempts.append(len(attempts))
+        try:
+            return real(deployment, conversation_id)
+        finally:
+            if len(attempts) == 2:  # during the second attempt: its hint now waits
+                host.capture(run_event(CONVERSATION, 1, "ana@example.com"))
+
+    monkeypatch.setattr(engine, "deliver_conversation", fails_while_a_capture_comes)
+
+    result = app.tasks[routing.DELIVER_TASK].apply(args=[CONVERSATION])
+
+    assert result.successful(), result.traceback
+    assert result.get() is None  # ended: the capture's hint delivers, or retries, instead
+    assert len(attempts) == 2  # retried once (no hint waited), then left it to the hint
+    ledger = read_ledger(deployment.layout, ids.conversation_key(CONVERSATION))
+    assert ledger is not None and ledger.failures == 2
+    assert not deployment.store().claim_hint(ids.conversation_key(CONVERSATION))  # it waits
