@@ -108,7 +108,16 @@ class HonchoStandIn:
     def sessions(self, workspace: str) -> list[dict[str, Any]]:
         """Every saved session of the workspace, in creation order, with peers and messages."""
         with self._lock:
-            return list(self._store.dump().get(workspace, {}).get("sessions", {}).values())
+            dumped = self._store.dump(only=workspace)
+        return list(dumped.get(workspace, {}).get("sessions", {}).values())
+
+    def message_count(self, workspace: str, session_id: str | None = None) -> int:
+        """The messages the workspace (or one session of it) holds: for a test that polls while
+        workers deliver. ``sessions`` deep-copies every message under the lock the server's
+        handlers take: 20,000 of them, polled every half second, held up the very deliveries
+        being waited for."""
+        with self._lock:
+            return self._store.message_count(workspace, session_id)
 
     def messages(self, workspace: str, session_id: str) -> list[dict[str, Any]]:
         """The session's messages in insertion order ([] when there is no such session)."""
@@ -135,7 +144,7 @@ class HonchoStandIn:
 
     def conclusions(self, workspace: str) -> list[dict[str, Any]]:
         with self._lock:
-            return list(self._store.dump().get(workspace, {}).get("conclusions", []))
+            return list(self._store.dump(only=workspace).get(workspace, {}).get("conclusions", []))
 
     def set_summary(self, workspace: str, session_id: str, content: str) -> None:
         """Store a summary, as a deriver would, for session context to return."""

@@ -340,7 +340,17 @@ class HonchoStore(PeerMemory):
             "token_count": token_count(content),
         }
 
-    def dump(self) -> dict[str, Any]:
+    def message_count(self, ws: str, sid: str | None = None) -> int:
+        """The messages the workspace holds (or its session ``sid``), copying nothing."""
+        workspace = self.workspaces.get(ws)
+        if workspace is None:
+            return 0
+        return sum(
+            len(s.messages) for key, s in workspace.sessions.items() if sid is None or key == sid
+        )
+
+    def dump(self, only: str | None = None) -> dict[str, Any]:
+        """Every workspace (or only the workspace ``only``) as plain data, deep copies."""
         return {
             ws_id: {
                 "metadata": copy.deepcopy(ws.metadata),
@@ -357,4 +367,5 @@ class HonchoStore(PeerMemory):
                 },
             }
             for ws_id, ws in self.workspaces.items()
+            if only is None or ws_id == only
         }

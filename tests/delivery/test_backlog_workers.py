@@ -93,7 +93,7 @@ class Watch:
 def _wait_all_in(standin: HonchoStandIn, workspace_id: str, wanted: int) -> float | None:
     started = time.monotonic()
     while time.monotonic() - started < DRAIN_TIMEOUT_S:
-        if sum(len(m) for m in stored_texts(standin, workspace_id).values()) >= wanted:
+        if standin.message_count(workspace_id) >= wanted:
             return time.monotonic() - started
         time.sleep(0.2)
     return None

@@ -223,7 +223,7 @@ def wait_delivered(
     deadline = time.monotonic() + timeout_s
     last, last_change = -1, time.monotonic()
     while time.monotonic() < deadline:
-        held = sum(len(m) for m in stored_texts(standin, workspace_id).values())
+        held = standin.message_count(workspace_id)
         ledgers = [store.read_ledger(ids.conversation_key(name)) for name in names]
         if held >= wanted and all(_settled(ledger, runs) for ledger in ledgers):
             return

@@ -37,7 +37,7 @@ def settings(standin_settings: Any, redis_url: str) -> dict[str, Any]:
 def _held(standin: HonchoStandIn, workspace_id: str, conversation: str) -> int:
     """How many messages the stand-in holds in the conversation's session."""
     session = ids.session_id(workspace_id, conversation)
-    return sum(len(s["messages"]) for s in standin.sessions(workspace_id) if s["id"] == session)
+    return standin.message_count(workspace_id, session)
 
 
 def test_a_worker_given_another_deployments_hint_logs_counts_and_still_delivers_its_own(

@@ -61,7 +61,7 @@ def fleet(
 
 
 def held(standin: HonchoStandIn, workspace_id: str) -> int:
-    return sum(len(s["messages"]) for s in standin.sessions(workspace_id))
+    return standin.message_count(workspace_id)
 
 
 def wait_held(standin: HonchoStandIn, workspace_id: str, wanted: int, timeout_s: float) -> float:

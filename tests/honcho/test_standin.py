@@ -332,3 +332,16 @@ def test_stopping_cuts_kept_alive_connections(workspace_id: str) -> None:
     standin.stop()
     with pytest.raises(ConnectionError):
         client.session("s1")
+
+
+def test_message_count_counts_a_workspace_or_one_session_of_it(
+    standin: HonchoStandIn, workspace_id: str
+) -> None:
+    client = sdk(standin, workspace_id)
+    ana = client.peer("ana")
+    client.session("s1").add_messages([ana.message("one"), ana.message("two")])
+    client.session("s2").add_messages([ana.message("three")])
+    assert standin.message_count(workspace_id) == 3
+    assert standin.message_count(workspace_id, "s2") == 1
+    assert standin.message_count("ws-elsewhere") == 0
+    assert [len(s["messages"]) for s in standin.sessions(workspace_id)] == [2, 1]
