@@ -195,7 +195,7 @@ class Relay:
     def _settings(self) -> Settings:
         """The live settings, or the last ones read while the file is broken: a relay that is
         serving answers captures with ERR_CONFIG then (``cli/relay.py``), and a look must not
-        end it meanwhile (it did, from 2026-12-06 until this read was guarded)."""
+        end it meanwhile."""
         try:
             self.current = self.deployment.settings()
         except MemhonchoError as exc:
