@@ -225,7 +225,7 @@ def wait_delivered(
     while time.monotonic() < deadline:
         held = standin.message_count(workspace_id)
         ledgers = [store.read_ledger(ids.conversation_key(name)) for name in names]
-        if held >= wanted and all(_settled(ledger, runs) for ledger in ledgers):
+        if held >= wanted and all(settled(ledger, runs) for ledger in ledgers):
             return
         progress = held + sum(ledger.messages_delivered for ledger in ledgers if ledger)
         if progress != last:
@@ -236,7 +236,7 @@ def wait_delivered(
         time.sleep(POLL_S)
 
 
-def _settled(ledger: Ledger | None, runs: int) -> bool:
+def settled(ledger: Ledger | None, runs: int) -> bool:
     """All ``runs`` delivered (two messages each), nothing in flight."""
     return ledger is not None and not ledger.in_flight and ledger.messages_delivered == runs * 2
 
@@ -255,7 +255,7 @@ def wait_ledgers_settled(
     store = deployment.store()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if all(_settled(store.read_ledger(ids.conversation_key(name)), runs) for name in names):
+        if all(settled(store.read_ledger(ids.conversation_key(name)), runs) for name in names):
             return
         time.sleep(POLL_S)
 

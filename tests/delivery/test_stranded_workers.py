@@ -23,6 +23,7 @@ from test_delivery_workers import (  # noqa: F401 - _amqp_vhost: a fixture
     capture_concurrently,
     conversations,
     run_audit,
+    settled,
     stored_texts,
 )
 
@@ -125,14 +126,12 @@ def _wait_all_in(
     store = deployment.store()
     while time.monotonic() - start < timeout_s:
         held = standin.message_count(workspace_id)
-        if held >= wanted and all(_settled(store.read_ledger(conversation_key(n))) for n in names):
+        if held >= wanted and all(
+            settled(store.read_ledger(conversation_key(n)), RUNS) for n in names
+        ):
             return time.monotonic() - start
         time.sleep(0.2)
     return None
-
-
-def _settled(ledger: Any) -> bool:
-    return ledger is not None and not ledger.in_flight and ledger.messages_delivered == RUNS * 2
 
 
 def test_killed_workers_strand_nothing_without_beat_or_capture(
