@@ -153,7 +153,7 @@ def _claim_retry(deployment: Deployment, conversation_id: str) -> Callable[[], b
     made while Honcho fails started a retry chain of its own (the delivery had taken the mark),
     every chain backing off on the conversation's one failure count: N chains called a failing
     Honcho N times as often and raised the count N times as fast (a retry 233 s away after
-    4 s of failures, seen in ``tests/delivery/test_delivery_workers.py``)."""
+    4 s of failures, seen in ``tests/delivery/test_delivery_faults_workers.py``)."""
     from memhoncho import ids
 
     key = ids.conversation_key(conversation_id)

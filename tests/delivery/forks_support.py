@@ -1,10 +1,15 @@
-"""Helpers shared by the fork tests: runs to capture, an in-process delivery, Honcho views."""
+"""Helpers shared by the fork tests: runs to capture, the stores and a write client on the
+stand-in (fixtures), an in-process delivery, Honcho views."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from memhoncho import ids
+from memhoncho.capture.host import Host
 from memhoncho.delivery import forks
 from memhoncho.delivery.clone import FORK_CHILD_KEY
 from memhoncho.deployment import Deployment
@@ -13,6 +18,32 @@ from memhoncho.models import OUTBOX_ID_KEY, Ledger
 from memhoncho.testing import HonchoStandIn
 
 OWNER = "ana@example.com"
+PARENT = "chat-parent"
+CHILD = "chat-child"
+
+
+@pytest.fixture
+def settings(store_url: str | None) -> dict[str, Any]:
+    """The plugin's ``deployment`` runs on both stores (``store_url`` names the database in
+    the environment, so a settings file this module writes keeps it)."""
+    return {}
+
+
+@pytest.fixture
+def env(
+    standin: HonchoStandIn,
+    workspace_id: str,
+    deployment: Deployment,
+    host: Host,  # no API key: capture publishes nothing
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[dict[str, Any]]:
+    monkeypatch.setenv("MEMHONCHO_BASE_URL", standin.url)
+    monkeypatch.setenv("MEMHONCHO_WORKSPACE_ID", workspace_id)
+    client = adapter.write_client(
+        adapter.HonchoTarget(base_url=standin.url, api_key="k", workspace_id=workspace_id)
+    )
+    yield {"deployment": deployment, "host": host, "client": client, "ws": workspace_id}
+    adapter.close_clients()
 
 
 def run(

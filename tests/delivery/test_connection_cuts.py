@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from test_delivery_workers import (
+from fleet_support import (
     MIXED_FLEET,
     assert_each_conversation_complete_in_order_once,
     capture_concurrently,

@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fleet_support
 import pytest
-import test_delivery_workers
-from test_delivery_workers import (  # the same fleet, fixtures, capture and judging helpers
+from fleet_support import (  # the same fleet, fixtures, capture and judging helpers
     KILLABLE_FLEET,
     OWNER,
     KillPlan,
@@ -28,10 +28,10 @@ from memhoncho.capture.host import Host
 from memhoncho.deployment import Deployment
 from memhoncho.testing import HonchoStandIn
 
-pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=test_delivery_workers.KEY)]
+pytestmark = [pytest.mark.slow, pytest.mark.standin(api_key=fleet_support.KEY)]
 
 # The worker tests' settings on the test Redis (the stand-in and the Host come from the plugin).
-settings = test_delivery_workers.settings
+settings = fleet_support.settings
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_delivery_workers import (  # the worker tests' waiting and judging, on the database
+from fleet_support import (  # the worker tests' waiting and judging, on the database
     assert_each_conversation_complete_in_order_once,
     swept,
     wait_delivered,

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_delivery_workers import assert_each_conversation_complete_in_order_once, run_audit
+from fleet_support import assert_each_conversation_complete_in_order_once, run_audit
 from test_store_machines import (
     KEY,
     KILLS,

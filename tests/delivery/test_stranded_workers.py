@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_delivery_workers import (  # noqa: F401 - _amqp_vhost: a fixture
+from fleet_support import (  # noqa: F401 - _amqp_vhost: a fixture
     _amqp_vhost,
     _purge_amqp,
     assert_each_conversation_complete_in_order_once,

@@ -126,3 +126,19 @@ def test_two_packages_importing_each_other_are_a_package_circle_without_a_module
         ("pkg.store.files", "pkg.status.census"),
         ("pkg.status.view", "pkg.store.files"),
     }
+
+
+def test_a_long_test_or_script_beside_the_package_is_a_long_file(tmp_path: Path) -> None:
+    pkg = package(tmp_path, {"low.py": "X = 1\n"})
+    write(tmp_path / "tests" / "deep" / "test_long.py", "x = 1\n" * 401)
+    write(tmp_path / "tests" / "test_short.py", "x = 1\n" * 400)
+    write(tmp_path / "scripts" / "long.py", "x = 1\n" * 402)
+
+    code, report = run_layout(pkg)
+
+    assert code == 1
+    assert report["broken"] == ["long files"]
+    assert report["long_files"]["files"] == [
+        {"path": "scripts/long.py", "lines": 402},
+        {"path": "tests/deep/test_long.py", "lines": 401},
+    ]
