@@ -18,7 +18,10 @@ A conversation is stranded when, past its *bound*, it still has pending records 
   SIGKILLed (held unacked on Redis until the visibility timeout, gone on the embedded broker;
   RabbitMQ requeues it at once; a worker holds no more hints than pool processes, so such a
   hint lives only between its arrival and its start), or one flushed from the broker while
-  new captures fill the queue again;
+  new captures fill the queue again. A hint leaves its queue a moment before its worker's
+  receipt renews its mark (``worker/tasks.py``, on a thread of its own): a look that finds the
+  queue empty and the mark old in that moment looks once more, ``RECEIPT_GRACE_S`` later and
+  once for all such conversations, before it calls any stranded;
 - no delivery runs for it: its conversation lock is free. The lock is the kernel's ``flock``
   (or PostgreSQL's session advisory lock), released when its holder dies, so a killed worker's
   delivery never looks alive and a live one always does; no heartbeat needs to be written.
@@ -62,6 +65,10 @@ SETTLE_S = 2.0
 #: seconds a hint mark is presumed to wait in a queue that holds messages before it is
 #: presumed lost: a backlog drains well within it, and a hint lost behind one is found then
 QUEUED_MAX_S = 300.0
+#: seconds a hint may take from leaving its queue to its worker's receipt renewing its mark:
+#: tens of milliseconds on a loaded 2-core machine (CI, 2026-12-07), where a look between the
+#: two counted a draining backlog's conversation stranded
+RECEIPT_GRACE_S = 0.3
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,7 @@ def find(
     now = time.time() if now is None else now
     fence_s = _fence_s(settings)
     found = []
+    idle_queued: list[tuple[Stranded, float]] = []  # an idle queue, an old mark: look again
     for p in store.pending_conversations(hinted_after=now - hint_marks.STALE_S):
         bound = p.oldest_pending_at
         if p.in_flight_since is not None:  # a send that may land: wait for its fence
@@ -107,12 +115,37 @@ def find(
         conversation_id = p.conversation_id or _conversation_id(store, p.key)
         if conversation_id is None:
             continue
+        busy = None
         if p.hint_at is not None and in_busy_queue is not None:
-            bound = _queued_bound(store, p.key, p.hint_at, bound, in_busy_queue(conversation_id))
+            busy = in_busy_queue(conversation_id)
+            bound = _queued_bound(store, p.key, p.hint_at, bound, busy)
             if bound + SETTLE_S > now:
                 continue
-        found.append(Stranded(p.key, conversation_id, bound, p.oldest_pending_at))
+        candidate = Stranded(p.key, conversation_id, bound, p.oldest_pending_at)
+        if busy is False and p.hint_at is not None:
+            idle_queued.append((candidate, p.hint_at))
+        else:
+            found.append(candidate)
+    found.extend(_not_received(store, idle_queued))
     return sorted(found, key=lambda s: s.bound_at)
+
+
+def _not_received(store: Store, candidates: list[tuple[Stranded, float]]) -> list[Stranded]:
+    """The candidates whose mark is still there and still not renewed ``RECEIPT_GRACE_S``
+    later: no worker received their hint as it left the queue (a mark taken meanwhile is a
+    delivery that started). One wait a look, only when there is a candidate."""
+    if not candidates:
+        return []
+    time.sleep(RECEIPT_GRACE_S)
+    still = []
+    for candidate, hint_at in candidates:
+        try:
+            mark_at = store.hint_mark_at(candidate.key)
+        except MemhonchoError:
+            mark_at = hint_at  # cannot tell: as it was
+        if mark_at is not None and mark_at <= hint_at:
+            still.append(candidate)
+    return still
 
 
 def _queued_bound(store: Store, key: str, hint_at: float, bound: float, busy: bool) -> float:

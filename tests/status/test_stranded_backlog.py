@@ -259,6 +259,29 @@ def test_a_hint_received_while_a_look_runs_is_not_stranded(deployment: Deploymen
     assert stranded.find(store, current, in_busy_queue=received_meanwhile) == []
 
 
+def test_a_hint_whose_receipt_renews_its_mark_just_after_the_look_is_not_stranded(
+    deployment: Deployment,
+) -> None:
+    """The hint left its queue (the broker says empty) and the worker's receipt renews its mark
+    a moment later, on the worker's renewal thread: the look looks again before it decides.
+    Seen on CI (2026-12-07): a draining backlog's conversation counted stranded for one look."""
+    key = _queued(deployment, "conv-arriving")
+    _empty_queues(deployment)
+    _age_mark(deployment, key, hint_marks.STALE_S + stranded.SETTLE_S + 5)
+    _wait_past_bound(deployment, key)
+    store, current = deployment.store(), deployment.settings()
+    renewals: list[threading.Timer] = []
+
+    def received_just_after(conversation_id: str) -> bool:
+        renewal = threading.Timer(stranded.RECEIPT_GRACE_S / 4, store.renew_hint, [key])
+        renewal.start()  # as the worker's receipt does, once the message reached it
+        renewals.append(renewal)
+        return False
+
+    assert stranded.find(store, current, in_busy_queue=received_just_after) == []
+    assert len(renewals) == 1
+
+
 def test_a_broker_that_is_down_is_asked_once_by_a_status_read(
     deployment: Deployment, asked: list[list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
