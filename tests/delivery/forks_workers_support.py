@@ -34,7 +34,7 @@ API_KEY = "fork-test-key"
 TESTS_DIR = Path(__file__).resolve().parent
 HONCHO_TIMEOUT_S = 1.0  # seconds: the workers' client timeout, so a lost clone settles soon
 #: seconds: the fence's settle margin, long enough for a stand-in starved of CPU in this loaded
-#: process to commit what a killed worker sent (as in test_delivery_workers)
+#: process to commit what a killed worker sent (as in fleet_support.settings)
 SEND_SETTLE_S = 4.0
 HELD_S = 0.6  # seconds a latency fault holds the request a worker is killed inside
 KILL_AFTER_S = 0.15  # seconds into that request the worker is killed

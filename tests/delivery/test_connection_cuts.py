@@ -61,7 +61,7 @@ def test_cut_connections_to_rabbitmq_and_postgres_lose_and_duplicate_nothing(
     host_config, worker_config = tmp_path / "host-config", tmp_path / "worker-config"
     host_data, worker_data = tmp_path / "host-data", tmp_path / "worker-data"
     # the fence: 1 s + 4 s for the stand-in (a thread of this loaded process) to commit a
-    # send that timed out, as in test_delivery_workers
+    # send that timed out, as in fleet_support.settings
     common = {"honcho_timeout_s": 1.0, "send_settle_s": 4.0, "store_timeout_s": 1.0}
     point_at_standin(
         host_config, standin, workspace_id, KEY, broker_url=amqp_url, store_url=postgres_url,

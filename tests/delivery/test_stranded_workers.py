@@ -38,7 +38,7 @@ KEY = "sk-stranded-workers-key"
 CONVERSATIONS, RUNS, HOST_THREADS, KILLS = 16, 25, 4, 4
 WORKERS = 2
 SEND_LATENCY_MS = 100  # added to each send, so a kill often lands mid-send
-#: the fence: 4 s of settle for a stand-in starved of CPU (as in test_delivery_workers)
+#: the fence: 4 s of settle for a stand-in starved of CPU (as in fleet_support.settings)
 HONCHO_TIMEOUT_S, SEND_SETTLE_S = 1.0, 4.0
 #: the issue's bound after the last capture: the fence, then 15 s (an interval's wait and the
 #: settle included); a crowded machine's start-up gets a margin on top
