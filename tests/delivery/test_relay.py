@@ -239,7 +239,7 @@ def test_memhoncho_run_delivers_records_from_a_capture_command_that_published_no
         finally:
             run.send_signal(signal.SIGTERM)
             try:
-                run.wait(timeout=30)
+                _wait_or_cry(run, log)
                 # The relay leaves with the worker that started it (before any cleanup kill).
                 deadline = time.monotonic() + 10
                 while any(_alive(pid) for pid in relays) and time.monotonic() < deadline:
@@ -250,6 +250,27 @@ def test_memhoncho_run_delivers_records_from_a_capture_command_that_published_no
                     os.killpg(run.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def _wait_or_cry(run: subprocess.Popen[bytes], log: Path, timeout_s: float = 30) -> None:
+    """Until ``memhoncho run`` exits after its SIGTERM; past ``timeout_s`` the worker is asked
+    for every thread's stack (Celery's SIGUSR1 handler writes them to its log) and the test
+    fails with the log's end, so a hung shutdown says where it hung. Seen once, on CI
+    (2026-12-07, 85d6c09): no exit within 30 s, the log's last line the warm shutdown's
+    tasks, before beat's "Shutting down"; not reproduced in 55 runs, loaded or not."""
+    try:
+        run.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        size = log.stat().st_size
+        run.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while log.stat().st_size == size and time.monotonic() < deadline:
+            time.sleep(0.1)  # the stacks are written from the worker's signal handler
+        time.sleep(0.5)  # and all of them, not the first line only
+        tail = log.read_text(errors="replace")[-12000:]
+        raise AssertionError(
+            f"memhoncho run did not exit {timeout_s:g} s after SIGTERM:\n{tail}"
+        ) from None
 
 
 def _json(run: object) -> bytes:
