@@ -118,9 +118,10 @@ def find(
         busy = None
         if p.hint_at is not None and in_busy_queue is not None:
             busy = in_busy_queue(conversation_id)
-            bound = _queued_bound(store, p.key, p.hint_at, bound, busy)
-            if bound + SETTLE_S > now:
-                continue
+            if busy:  # a hint behind others in its queue is lost only after QUEUED_MAX_S
+                bound = max(bound, p.hint_at + QUEUED_MAX_S)
+                if bound + SETTLE_S > now:
+                    continue
         candidate = Stranded(p.key, conversation_id, bound, p.oldest_pending_at)
         if busy is False and p.hint_at is not None:
             idle_queued.append((candidate, p.hint_at))
@@ -131,9 +132,11 @@ def find(
 
 
 def _not_received(store: Store, candidates: list[tuple[Stranded, float]]) -> list[Stranded]:
-    """The candidates whose mark is still there and still not renewed ``RECEIPT_GRACE_S``
-    later: no worker received their hint as it left the queue (a mark taken meanwhile is a
-    delivery that started). One wait a look, only when there is a candidate."""
+    """The candidates (an old mark, an idle queue) whose mark is still there and still not
+    renewed ``RECEIPT_GRACE_S`` later. The broker was asked after the marks were read, and a
+    hint leaves its queue a moment before its worker's receipt renews its mark
+    (``worker/tasks.py``): a renewed mark is a hint received, not lost; a mark taken meanwhile
+    is a delivery that started. One wait a look, only when there is a candidate."""
     if not candidates:
         return []
     time.sleep(RECEIPT_GRACE_S)
@@ -146,20 +149,6 @@ def _not_received(store: Store, candidates: list[tuple[Stranded, float]]) -> lis
         if mark_at is not None and mark_at <= hint_at:
             still.append(candidate)
     return still
-
-
-def _queued_bound(store: Store, key: str, hint_at: float, bound: float, busy: bool) -> float:
-    """The bound of an old mark once the broker has answered: a hint that waits behind
-    others in a busy queue is lost only after ``QUEUED_MAX_S``. An idle queue is read again
-    against the mark: the broker was asked after the marks were read, so a hint a worker
-    received meanwhile (``worker/tasks.py`` renews its mark then) left the queue without
-    being lost, and its renewed mark says so."""
-    if busy:
-        return max(bound, hint_at + QUEUED_MAX_S)
-    renewed = store.hint_mark_at(key)
-    if renewed is not None and renewed > hint_at:
-        return max(bound, renewed + hint_marks.STALE_S)
-    return bound
 
 
 def _fence_s(settings: Settings) -> float:
