@@ -197,7 +197,7 @@ def _broker_down(samples: int, root: Path) -> dict[str, Any]:
     config = _config(root, f"redis://127.0.0.1:{free_port()}/0")
     latencies: list[float] = []
     enqueued = 0
-    host_log = logging.getLogger("memhoncho.capture.host")
+    host_log = logging.getLogger("memhoncho.capture.hint_sender")
     level = host_log.level
     host_log.setLevel(logging.ERROR)  # the enqueue_failed warning is expected here
     try:

@@ -18,6 +18,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from memhoncho.capture import hint_push
 from memhoncho.worker import routing
 
 if TYPE_CHECKING:
@@ -59,11 +60,13 @@ class DeliverPublisher:
         self._pid = -1
         self._headers: dict[str, Any] = {}
         self._wire = functools.lru_cache(maxsize=WIRE_CACHE)(self._build_wire)
+        self._templates = functools.lru_cache(maxsize=WIRE_CACHE)(self._build_template)
         self._kept_pid = os.getpid()
         self._kept_lock = threading.Lock()
         self._idle: list[Any] = []  # kept producers not publishing now
         self._kept = 0  # kept producers of this process, publishing or idle
         self._closed = False
+        self._pushers = hint_push.Pushers(KEPT_CONNECTIONS)
 
     def _fixed_headers(self) -> dict[str, Any]:
         """The headers every deliver message shares (``origin`` names this process)."""
@@ -83,6 +86,25 @@ class DeliverPublisher:
         argsrepr = saferepr(args, self._app.amqp.argsrepr_maxsize)
         return queue, argsrepr, json.dumps([args, self._kwargs, _NO_EMBED]).encode("utf-8")
 
+    def _build_template(self, conversation_id: str, pid: int) -> str:
+        """The conversation's message as kombu's Redis transport stores it (``hint_push``),
+        in this process (``pid``: the ``origin`` header names it)."""
+        queue, argsrepr, body = self._wire(conversation_id)
+        headers = {**self._fixed_headers(), "argsrepr": argsrepr}
+        delivery_mode = queue.exchange.delivery_mode or self._delivery_mode
+        return hint_push.envelope_template(queue.name, body, headers, delivery_mode)
+
+    def push(self, conversation_id: str) -> hint_push.Push | None:
+        """The hint's LPUSH written now on a kept Redis connection, for its ``reply`` to be
+        read once the capture's fsync is done (``hint_push``); None where it cannot be (not on
+        Redis, no idle kept connection yet): ``publish`` then. Raises what the socket raised."""
+        queue = self._wire(conversation_id)[0]
+        task_id = str(uuid.uuid4())
+        template = self._templates(conversation_id, os.getpid())
+        return self._pushers.push(
+            queue, hint_push.envelope(template, task_id, self._app.thread_oid)
+        )
+
     def publish(self, conversation_id: str) -> None:
         """One delivery hint for the conversation; raises what the broker raised."""
         queue, argsrepr, body = self._wire(conversation_id)
@@ -98,6 +120,7 @@ class DeliverPublisher:
         except Exception:
             self._drop(producer)
             raise
+        self._pushers.add_from(producer.channel)  # the next hints are pushed (hint_push)
         self._give_back(producer)
 
     def _send(self, producer: Any, queue: Any, body: bytes, task_id: str, headers: Any) -> None:
@@ -162,3 +185,4 @@ class DeliverPublisher:
             idle, self._idle = self._idle, []
         for producer in idle:
             self._drop(producer, failed=False)
+        self._pushers.close()

@@ -2,30 +2,28 @@
 
 ``Host.capture`` validates the run, builds its batch (pure), appends it to the conversation's
 outbox under the outbox lock and fsyncs, publishing ``memhoncho.deliver`` beside the fsync
-(hints.py) unless a hint for the conversation is still waiting (store/hint_marks.py). A broker
-that is down or a missing API key cost nothing but the hint: the relay or the sweep sends it.
+(``hint_sender.py``) unless a hint for the conversation is still waiting
+(store/hint_marks.py). A broker that is down or a missing API key cost nothing but the hint:
+the relay or the sweep sends it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-from collections.abc import Callable, Mapping
-from functools import partial
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from memhoncho import deployment as deployment_module
 from memhoncho import ids
 from memhoncho.capture import hint_word, redaction
-from memhoncho.capture.hint_threads import Hint, HintPool, settled
-from memhoncho.capture.hints import DeliverPublisher
+from memhoncho.capture.hint_sender import HintSender
+from memhoncho.capture.hint_threads import Hint, Pending, settled
 from memhoncho.capture.record import build_record, is_selected, validate_run
 from memhoncho.deployment import Deployment
-from memhoncho.errors import MemhonchoError
 from memhoncho.models import CaptureResult, CaptureStatus, HintOutcome, RunEvent
-from memhoncho.store import hint_marks, open_store
+from memhoncho.store import open_store
 from memhoncho.store.redactions import add_redactions
 from memhoncho.worker import routing
 
@@ -39,7 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BROKER_BACKOFF_S = 5.0  # after a failed publish, skip publishing this long (no retry loop)
 DELIVER_TASK = routing.DELIVER_TASK
 REFRESH_TASK = routing.REFRESH_TASK
 
@@ -72,19 +69,8 @@ class Host:
         deployment_module.open_data_dir(
             self.deployment.data_dir, init if initialise is None else initialise
         )
-        self._app: Celery | None = None
-        self._deliver: DeliverPublisher | None = None
-        self._app_lock = threading.Lock()
-        self._broker_down_until = 0.0
-        self._in_flight = 0
-        self._idle = threading.Condition()
-        self._closed = False
-        self._hints = HintPool()
-        self._inline_hints = inline_hints
+        self._sender = HintSender(self.deployment, hinting=hints, inline=inline_hints)
         redaction.redactor()  # compile the default patterns now: the first capture pays none
-        self._hinting = hints
-        #: delivery hints this host published (a coalesced capture publishes none)
-        self.hints_published = 0
 
     # ---- capture ------------------------------------------------------------------------
 
@@ -105,31 +91,37 @@ class Host:
         if record is None:
             return CaptureResult(status=CaptureStatus.EMPTY)
         hint: list[Hint] = []
-        said: list[HintOutcome] = []  # what _hint_soon decided
+        said: list[HintOutcome] = []  # what the sender decided
         # The files of the data dir, or the database of ``store_url`` (StoreUnavailable: down).
         store = open_store(self.deployment.data_dir, current.store_url, current.store_timeout_s)
         marks = store.kind == "files"
         # PostgreSQL claims the mark in the capture's own statement, and calls back only when
         # it did (no hint waits), when this host would publish; else it asks the relay to.
-        publishing = marks or (self._hinting and self._may_publish())
-        appended = store.append(  # CaptureTooLarge past max_batch_bytes, encoded once
-            key,
-            record,
-            max_pending=current.max_pending_batches,
-            max_bytes=current.max_batch_bytes,
-            # The hint is published while the line is fsynced (see hints.py), unless one is
-            # already waiting for this conversation (store/hint_marks.py).
-            after_write=(
-                (lambda: hint.append(self._hint_soon(run.conversation_id, key, marks, said)))
-                if publishing
-                else None
-            ),
-        )
+        sender = self._sender
+        publishing = marks or (sender.hinting and sender.may_publish())
+        try:
+            appended = store.append(  # CaptureTooLarge past max_batch_bytes, encoded once
+                key,
+                record,
+                max_pending=current.max_pending_batches,
+                max_bytes=current.max_batch_bytes,
+                # The hint is published while the line is fsynced (see hints.py), unless one is
+                # already waiting for this conversation (store/hint_marks.py).
+                after_write=(
+                    (lambda: hint.append(sender.soon(run.conversation_id, key, marks, said)))
+                    if publishing
+                    else None
+                ),
+            )
+        except BaseException:
+            if hint and not isinstance(hint[0], Pending):  # a hint thread ends its own
+                settled(hint[0])  # the publish begun is ended (its connection released)
+            raise
         if appended.duplicate:
             return CaptureResult(status=CaptureStatus.DUPLICATE, batch_id=record["batch_id"])
         # No callback from a store that claimed nothing: the hint waiting covers the record.
         enqueued = settled(hint[0]) if hint else (publishing and not marks)
-        outcome = said[0] if said else self._unsent(publishing, appended.relayed)
+        outcome = said[0] if said else sender.unsent(publishing, appended.relayed)
         outcome = hint_word.confirmed(outcome, enqueued)
         redactions = int(record.get("redactions", 0))
         if redactions:
@@ -153,142 +145,18 @@ class Host:
             )
 
     # ---- hints to workers ---------------------------------------------------------------
-
     def celery(self) -> Celery:
         """The host's Celery client (fails fast on a broker that is down)."""
-        return self._client()[0]
-
-    def _client(self) -> tuple[Celery, DeliverPublisher]:
-        """The Celery client and the publisher of delivery hints on it, built together."""
-        with self._app_lock:
-            if self._app is None or self._deliver is None:
-                from memhoncho.celery_app import create_app
-
-                self._app = create_app(self.deployment, role="host")
-                # A "task-sent" event is a second broker publish on every capture; workers
-                # still report received/started/succeeded to Flower.
-                self._app.conf.task_send_sent_event = False
-                # Import the transport now (no connection is made), not on the first capture.
-                self._app.connection_for_write().transport  # noqa: B018
-                self._deliver = DeliverPublisher(self._app, self.deployment.hint_identity())
-            return self._app, self._deliver
+        return self._sender.client()[0]
 
     def enqueue_delivery(self, conversation_id: str) -> bool:
         """Publish a delivery hint; False (at once) when there is no key or no broker."""
-        if self._closed or self.deployment.api_key() is None:
-            return False
-        if time.monotonic() < self._broker_down_until:
-            return False
-        return self._publish(DELIVER_TASK, [conversation_id])
+        return self._sender.enqueue(DELIVER_TASK, conversation_id)
 
-    def _hint_soon(
-        self,
-        conversation_id: str,
-        key: str,
-        marks: bool = True,
-        said: list[HintOutcome] | None = None,
-    ) -> Hint:
-        """Start publishing a delivery hint on a hint thread. True when a hint already waiting
-        will see the line just written (nothing to publish), False when none is to be sent;
-        what was decided is appended to ``said``.
-
-        ``marks`` False (the PostgreSQL store): the store claimed the mark (its ``hint_at``
-        column) in the capture's own statement, so this capture publishes.
-        """
-        tell = (said if said is not None else []).append
-        if self._closed or self.deployment.api_key() is None:
-            tell(HintOutcome.NO_KEY)
-            return False
-        if not marks:
-            release = partial(self._release_pg_mark, key, conversation_id)
-            if time.monotonic() < self._broker_down_until:
-                release()
-                tell(HintOutcome.BROKER_DOWN)
-                return False
-            self._begin_publish()  # counted now, so close() waits for it
-            tell(HintOutcome.PUBLISHED)
-            return self._start(partial(self._send_hint, conversation_id, release))
-        if not self._hinting:  # the outbox relay publishes, unless a hint already waits
-            if hint_marks.claim(self.deployment.layout, key):
-                hint_marks.request_relay(self.deployment.layout, key, conversation_id)
-                tell(HintOutcome.RELAY)
-            else:
-                tell(HintOutcome.WAITING)
-            return False
-        if time.monotonic() < self._broker_down_until:
-            tell(HintOutcome.BROKER_DOWN)
-            return False
-        if not hint_marks.claim(self.deployment.layout, key):
-            tell(HintOutcome.WAITING)
-            return True
-        self._begin_publish()  # counted now, so close() waits for it
-        tell(HintOutcome.PUBLISHED)
-        release = partial(hint_marks.release, self.deployment.layout, key)
-        return self._start(partial(self._send_hint, conversation_id, release))
-
-    def _start(self, send: Callable[[], bool]) -> Hint:
-        """The publish on a hint thread, now (it overlaps the fsync), or ``send`` itself, for
-        the capture to call once the line is fsynced (``inline_hints``)."""
-        return send if self._inline_hints else self._hints.submit(send)
-
-    def _unsent(self, publishing: bool, relayed: bool = False) -> HintOutcome:
-        """What became of the hint of a PostgreSQL capture that published none."""
-        keyed = not self._closed and self.deployment.api_key() is not None
-        return hint_word.unsent(
-            publishing=publishing, hinting=self._hinting, relayed=relayed, keyed=keyed
-        )
-
-    def _may_publish(self) -> bool:
-        """Whether a capture now would publish a hint (a key, a broker not known down)."""
-        if self._closed or self.deployment.api_key() is None:
-            return False
-        return time.monotonic() >= self._broker_down_until
-
-    def _release_pg_mark(self, key: str, conversation_id: str) -> None:
-        """No hint waits after all: the next capture publishes, and the outbox relay is asked
-        to (it tries again at every look until the broker answers)."""
-        try:
-            self.deployment.store().release_hint(key, conversation_id)
-        except MemhonchoError:
-            pass  # a mark left behind ages out after hint_marks.STALE_S
-
-    def _send_hint(self, conversation_id: str, release: Callable[[], None]) -> bool:
-        """Publish the hint whose mark was claimed; ``release`` that mark when it failed."""
-        sent = self._send(DELIVER_TASK, [conversation_id])
-        if sent:
-            with self._idle:
-                self.hints_published += 1
-        else:  # no hint waits after all: the next capture must publish one
-            release()
-        return sent
-
-    def _publish(self, task: str, args: list[Any]) -> bool:
-        self._begin_publish()
-        return self._send(task, args)
-
-    def _begin_publish(self) -> None:
-        with self._idle:
-            self._in_flight += 1
-
-    def _send(self, task: str, args: list[Any]) -> bool:
-        """Publish once (no retry loop); ends the publish ``_begin_publish`` counted."""
-        try:
-            if task == DELIVER_TASK:  # on every capture that publishes: the fast path
-                self._client()[1].publish(args[0])
-            else:
-                self.celery().send_task(task, args=args, retry=False, ignore_result=True)
-            return True
-        except Exception as exc:  # the broker is down or refused: the sweep re-drives it
-            self._broker_down_until = time.monotonic() + BROKER_BACKOFF_S
-            log.warning(
-                "delivery hint not published; the sweep will enqueue it",
-                extra={"action": "enqueue_failed", "error": type(exc).__name__},
-            )
-            return False
-        finally:
-            with self._idle:
-                self._in_flight -= 1
-                self._idle.notify_all()
+    @property
+    def hints_published(self) -> int:
+        """Delivery hints this host published (a coalesced capture publishes none)."""
+        return self._sender.hints_published
 
     # ---- memory in the prompt -----------------------------------------------------------
 
@@ -302,11 +170,7 @@ class Host:
 
     def _enqueue_refresh(self, conversation_id: str) -> bool:
         ids.conversation_key(conversation_id)  # InvalidId before anything is sent
-        if self._closed or self.deployment.api_key() is None:
-            return False
-        if time.monotonic() < self._broker_down_until:
-            return False
-        return self._publish(REFRESH_TASK, [conversation_id])
+        return self._sender.enqueue(REFRESH_TASK, conversation_id)
 
     def sections(self, conversation_id: str) -> Sections:
         """The prompt sections from the stored snapshot (``memory.Sections``): never calls
@@ -371,22 +235,7 @@ class Host:
 
     def close(self, timeout: float = 25) -> None:
         """Finish in-flight publishes (up to ``timeout`` seconds) and release the broker pool."""
-        self._closed = True
-        deadline = time.monotonic() + timeout
-        with self._idle:
-            while self._in_flight and time.monotonic() < deadline:
-                self._idle.wait(max(0.0, deadline - time.monotonic()))
-        if not self._in_flight:
-            self._hints.shutdown()  # idle threads only; a stuck publish is not waited on
-        with self._app_lock:
-            if self._app is not None:
-                from memhoncho.celery_app import close_app
-
-                if self._deliver is not None:
-                    self._deliver.close()
-                close_app(self._app)
-                self._app = None
-                self._deliver = None
+        self._sender.close(timeout)
 
     def __enter__(self) -> Host:
         return self

@@ -75,7 +75,7 @@ def test_close_waits_for_in_flight_enqueues_and_releases_the_broker_connections(
     _configure(config_dir, redis_url)
     idle = _redis_sockets(redis_url)
     host = Host(config_dir, data_dir)
-    publisher = host._client()[1]
+    publisher = host._sender.client()[1]
     real_publish = publisher.publish
     publishing = threading.Event()
     open_sockets: list[set[str]] = []
@@ -99,7 +99,7 @@ def test_close_waits_for_in_flight_enqueues_and_releases_the_broker_connections(
         thread.start()
     assert publishing.wait(JOIN_S)
     host.close(timeout=25)
-    assert host._in_flight == 0 and host._app is None
+    assert host._sender._in_flight == 0 and host._sender._app is None
     for thread in threads:
         thread.join(JOIN_S)
         assert not thread.is_alive()
@@ -128,7 +128,7 @@ def test_close_returns_by_its_deadline_when_a_publish_hangs(
         entered.set()
         release.wait(JOIN_S)
 
-    monkeypatch.setattr(host._client()[1], "publish", hanging_publish)
+    monkeypatch.setattr(host._sender.client()[1], "publish", hanging_publish)
     capturing = threading.Thread(target=host.capture, args=(_run("c-1", "r1"),))
     capturing.start()
     assert entered.wait(JOIN_S)
@@ -137,7 +137,7 @@ def test_close_returns_by_its_deadline_when_a_publish_hangs(
     closing.join(JOIN_S)
     assert not closing.is_alive()  # close returned ...
     assert not release.is_set() and capturing.is_alive()  # ... while the publish still hung
-    assert host._app is None
+    assert host._sender._app is None
     release.set()
     capturing.join(JOIN_S)
     assert host.deployment.store().records(ids.conversation_key("c-1"))  # durable all along
