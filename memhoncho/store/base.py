@@ -364,9 +364,10 @@ class Store(abc.ABC):
         """When the conversation's hint mark was claimed or last renewed; None: no mark."""
 
     @abc.abstractmethod
-    def claim_hint(self, key: str) -> bool:
+    def claim_hint(self, key: str, *, due_in_s: float = 0.0) -> bool:
         """Whether the caller must publish a hint: True when it claimed the mark (none waited,
-        or the waiting one is older than ``hint_marks.STALE_S``, presumed lost)."""
+        or the waiting one is older than ``hint_marks.STALE_S``, presumed lost). A hint that
+        runs ``due_in_s`` later (a retry's countdown) dates its mark then."""
 
     @abc.abstractmethod
     def take_hint(self, key: str) -> None:
@@ -380,7 +381,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def renew_hint(self, key: str) -> None:
-        """A worker received the hint: its age counts from now; no mark stays none."""
+        """A worker received the hint: its age counts from now (a mark dated later keeps its
+        date); no mark stays none."""
 
     def deployment_id(self) -> str | None:
         """The identity the store itself keeps, which its hints carry (a database's); None:

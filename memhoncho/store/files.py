@@ -331,8 +331,8 @@ class FileStore(Store):
             pending: list[Pending] = self._summary.pending(marks, hinted_after)
             return pending
 
-    def claim_hint(self, key: str) -> bool:
-        return hint_marks.claim(self.layout, key)
+    def claim_hint(self, key: str, *, due_in_s: float = 0.0) -> bool:
+        return hint_marks.claim(self.layout, key, due_in_s=due_in_s)
 
     def take_hint(self, key: str) -> None:
         hint_marks.taken(self.layout, key)

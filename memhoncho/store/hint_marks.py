@@ -18,6 +18,8 @@ Why no record is left behind. A capture writes its line first, then looks for th
   unacked): the mark stays. A mark older than ``STALE_S`` counts as absent, so the next capture
   or the relay's scan publishes again; the sweep re-drives in any case.
 Marks are not fsynced: a mark lost in a crash costs one extra hint, one that survives is stale.
+A delivery's retry claims the mark dated when it is due (``claim(due_in_s=...)``), so a retry
+that waits out a long Retry-After is not presumed lost meanwhile; a renewal keeps that date.
 
 A taken mark is not deleted but moved aside (``state/hint-spares/<key>``), and the next claim
 touches it and moves it back: a rename, where creating a file allocates an inode, which cost
@@ -43,6 +45,7 @@ the relay claims the mark when it takes the request, just before it publishes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -81,11 +84,23 @@ def _files(layout: Layout, key: str) -> tuple[str, str]:
     return f"{folders[0]}/{key}", f"{folders[1]}/{key}"  # a key is a safe file name
 
 
-def claim(layout: Layout, key: str, *, now: float | None = None) -> bool:
+def claim(layout: Layout, key: str, *, now: float | None = None, due_in_s: float = 0.0) -> bool:
     """Whether the caller must publish a hint: True when it made the mark (or found it
-    stale and renewed it); False when a hint is waiting and will see what is written now."""
-    path, spare = _files(layout, key)
+    stale and renewed it); False when a hint is waiting and will see what is written now.
+
+    ``due_in_s``: the hint runs that much later (a retry's countdown, a Retry-After), so its
+    mark is dated then: it is not presumed lost (``STALE_S``) before it could have run."""
     now = time.time() if now is None else now
+    if not _claim(layout, key, now):
+        return False
+    if due_in_s > 0:
+        with contextlib.suppress(OSError):  # an undated mark: an extra hint after STALE_S
+            os.utime(mark_path(layout, key), (now + due_in_s, now + due_in_s))
+    return True
+
+
+def _claim(layout: Layout, key: str, now: float) -> bool:
+    path, spare = _files(layout, key)
     try:
         return _renew_if_stale(path, now, os.stat(path).st_mtime)
     except FileNotFoundError:
@@ -129,9 +144,13 @@ def _renew_if_stale(path: str, now: float, mtime: float | None = None) -> bool:
 
 
 def renew(layout: Layout, key: str) -> None:
-    """A hint was just published for this mark: its age counts from now."""
+    """A hint was just published or received for this mark: its age counts from now (a mark
+    dated later, a retry's, keeps its date)."""
+    path = mark_path(layout, key)
+    now = time.time()
     try:
-        os.utime(mark_path(layout, key))
+        if os.stat(path).st_mtime < now:
+            os.utime(path, (now, now))
     except OSError:
         pass  # gone: taken by a delivery already
 

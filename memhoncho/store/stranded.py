@@ -29,7 +29,8 @@ A conversation is stranded when, past its *bound*, it still has pending records 
 Its bound is the moment a new delivery could start and be useful: the oldest pending capture;
 a stale mark's age limit; for a send that may have reached Honcho (an open in-flight mark), its
 fence (start + ``honcho_timeout_s`` + ``send_settle_s``), before which a new delivery would
-only wait; after a Honcho failure, ``FAILED_GRACE_S`` (the task's own retry is queued then).
+only wait; after a Honcho failure, ``FAILED_GRACE_S`` (the task's own retry is queued then;
+a retry that claimed the hint mark dated it when due, so a long Retry-After keeps it fresh).
 Enqueueing one extra hint is always safe (a delivery is idempotent under the lock, the ledger
 and the fence); what this protects is promptness, never exactly-once.
 

@@ -108,22 +108,23 @@ def _retry_or_give_up(
     default_delay_s: float,
     action: str,
     message: str,
-    claim: Callable[[], bool] | None = None,
+    claim: Callable[[float], bool] | None = None,
 ) -> None:
     """Retry ``task`` after the delay the retry decision gives (raises Celery's Retry), or,
     on the ``max_attempts``-th attempt or an error not worth retrying, log ``message`` and
     record that the task gave up (its work stays pending for the next sweep or beat).
 
-    ``claim``: asked before a retry is queued; False when another task will do the work
-    (``_claim_retry``), and this one ends, recorded as given up with ``exc``."""
+    ``claim``: asked (with the retry's countdown) before a retry is queued; False when another
+    task will do the work (``_claim_retry``), and this one ends, recorded as given up with
+    ``exc``."""
     from memhoncho.honcho import adapter
 
     decision = adapter.classify(exc, attempt)
     if decision.retry and attempt < max_attempts:
-        if claim is not None and not claim():
+        delay = decision.delay_s if decision.delay_s is not None else default_delay_s
+        if claim is not None and not claim(delay):
             results.gave_up(task, exc)
             return
-        delay = decision.delay_s if decision.delay_s is not None else default_delay_s
         raise task.retry(countdown=delay) from None
     log.warning(message, extra={"action": action, "code": exc.code, "failures": attempt})
     results.gave_up(task, exc)
@@ -146,21 +147,23 @@ def _jittered(seconds: float) -> float:
     return seconds * random.uniform(0.5, 1.5)
 
 
-def _claim_retry(deployment: Deployment, conversation_id: str) -> Callable[[], bool]:
+def _claim_retry(deployment: Deployment, conversation_id: str) -> Callable[[float], bool]:
     """The claim of a delivery's retry: one retrying hint a conversation. The retry claims the
     conversation's hint mark as a capture does; where a hint already waits (a capture's, or
     another task's retry) that one carries on and this task ends. Without it each capture
     made while Honcho fails started a retry chain of its own (the delivery had taken the mark),
     every chain backing off on the conversation's one failure count: N chains called a failing
     Honcho N times as often and raised the count N times as fast (a retry 233 s away after
-    4 s of failures, seen in ``tests/delivery/test_delivery_faults_workers.py``)."""
+    4 s of failures, seen in ``tests/delivery/test_delivery_faults_workers.py``). The mark is
+    dated when the retry is due, so a countdown past ``stranded.FAILED_GRACE_S`` (a long
+    Retry-After) is not taken for a lost hint and overtaken by the watchdog's."""
     from memhoncho import ids
 
     key = ids.conversation_key(conversation_id)
 
-    def claim() -> bool:
+    def claim(countdown_s: float) -> bool:
         try:
-            return deployment.store().claim_hint(key)
+            return deployment.store().claim_hint(key, due_in_s=countdown_s)
         except MemhonchoError:  # the mark cannot be read (a database away): retry anyway
             return True
 
@@ -176,11 +179,11 @@ def _retry_unreachable(
     from memhoncho.delivery import engine as delivery
     from memhoncho.honcho import adapter
 
-    if not _claim_retry(deployment, conversation_id)():
-        results.gave_up(task, exc)  # a failure for the results; the waiting hint retries
-        return
     attempt = max(1, delivery.failures_in_a_row(deployment, conversation_id))
     decision = adapter.classify(exc, attempt)
+    if not _claim_retry(deployment, conversation_id)(decision.delay_s or 0.0):
+        results.gave_up(task, exc)  # a failure for the results; the waiting hint retries
+        return
     raise task.retry(countdown=decision.delay_s) from None
 
 

@@ -61,6 +61,21 @@ def test_a_stale_mark_is_renewed_and_published_again_once(tmp_path: Path) -> Non
     assert hint_marks.stale(layout) == []
 
 
+def test_a_mark_claimed_for_a_later_retry_is_dated_then_and_renewal_keeps_the_date(
+    tmp_path: Path,
+) -> None:
+    layout = Layout(tmp_path)
+    now = time.time()
+    assert hint_marks.claim(layout, "c1", now=now, due_in_s=600.0)
+    path = hint_marks.mark_path(layout, "c1")
+    assert os.stat(path).st_mtime == pytest.approx(now + 600.0, abs=1)
+    hint_marks.renew(layout, "c1")  # a worker received the retry long before it is due
+    assert os.stat(path).st_mtime == pytest.approx(now + 600.0, abs=1)
+    later = now + 600.0 + hint_marks.STALE_S
+    assert hint_marks.claim(layout, "c1", now=later - 1) is False  # due soon: it waits
+    assert hint_marks.claim(layout, "c1", now=later + 1) is True  # past due and stale: lost
+
+
 KEY = "sk-hint-marks"
 PARTITIONS = 8  # the settings' default
 

@@ -19,6 +19,7 @@ from memhoncho.capture.host import Host
 from memhoncho.cli import doctor_stranded
 from memhoncho.delivery.engine import deliver_conversation
 from memhoncho.deployment import Deployment
+from memhoncho.models import Ledger
 from memhoncho.status import health, render
 from memhoncho.status import stranded as status_stranded
 from memhoncho.status.view import status_view
@@ -144,3 +145,46 @@ def test_a_send_that_may_have_landed_is_stranded_only_past_its_fence(
     assert stranded.find(store, settings, now=fence_end - 1) == []
     found = stranded.find(store, settings, now=fence_end + stranded.SETTLE_S + 1)
     assert [(s.conversation_id, s.bound_at) for s in found] == [("conv-fenced", fence_end)]
+
+
+def test_a_retry_that_waits_out_a_long_retry_after_is_not_stranded_before_it_is_due(
+    deployment: Deployment,
+) -> None:
+    # Honcho asked for 300 s: the failed task's retry claims the mark dated when it is due, so
+    # the watchdog does not take it for a lost hint after FAILED_GRACE_S and call Honcho early.
+    from celery.exceptions import Retry
+
+    from memhoncho.errors import HonchoRateLimited
+    from memhoncho.worker import tasks
+
+    key = _died_mid_delivery(deployment, "conv-retry-after")
+    store, settings = deployment.store(), deployment.settings()
+    failed = time.time()
+    ledger = store.read_ledger(key) or Ledger(conversation_id="conv-retry-after")
+    error = {"code": "ERR_HONCHO_RATE_LIMITED", "message": "slow down", "at": failed}
+    store.write_ledger(key, ledger.model_copy(update={"failures": 1, "last_error": error}))
+
+    class _Task:
+        def retry(self, countdown: float) -> Exception:
+            return Retry(when=countdown)
+
+    with pytest.raises(Retry) as queued:
+        tasks._retry_or_give_up(
+            _Task(),
+            HonchoRateLimited("slow down", status=429, retry_after_s=300.0),
+            attempt=1,
+            max_attempts=tasks.DELIVER_MAX_FAILURES,
+            default_delay_s=tasks.LOCK_RETRY_S,
+            action="delivery_gave_up",
+            message="gave up",
+            claim=tasks._claim_retry(deployment, "conv-retry-after"),
+        )
+    assert queued.value.when == 300.0
+    mark_at = store.hint_mark_at(key)
+    assert mark_at is not None and mark_at >= failed + 300.0 - 1
+    store.renew_hint(key)  # its worker received the retry: the date stays
+    assert (store.hint_mark_at(key) or 0) >= failed + 300.0 - 1
+    past_grace = failed + stranded.FAILED_GRACE_S + stranded.SETTLE_S + 1
+    assert stranded.find(store, settings, now=past_grace) == []
+    past_due = failed + 300.0 + hint_marks.STALE_S + stranded.SETTLE_S + 1
+    assert [s.key for s in stranded.find(store, settings, now=past_due)] == [key]

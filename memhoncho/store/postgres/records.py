@@ -152,7 +152,7 @@ class PgRecords(PgConnections):
                 (key,),
             )
 
-    def claim_hint(self, key: str) -> bool:
+    def claim_hint(self, key: str, *, due_in_s: float = 0.0) -> bool:
         """``hint_marks.claim`` on the database's mark: True when no hint waits (or the one
         waiting is older than ``STALE_S``) and a record is pending, and the caller, having set
         it, must publish. Nothing pending, no hint: a relay request whose records a watchdog's
@@ -160,19 +160,21 @@ class PgRecords(PgConnections):
         and holds the mark, so the next capture coalesces on a hint no worker may take soon."""
         with self.connection() as conn:
             row = conn.execute(
-                "UPDATE memhoncho_conversations SET hint_at = extract(epoch FROM clock_timestamp())"
+                "UPDATE memhoncho_conversations"
+                " SET hint_at = extract(epoch FROM clock_timestamp()) + %s"
                 " WHERE key = %s AND last_seq > delivered_seq AND (hint_at IS NULL"
                 " OR hint_at < extract(epoch FROM clock_timestamp()) - %s) RETURNING key",
-                (key, hint_marks.STALE_S),
+                (max(0.0, due_in_s), key, hint_marks.STALE_S),
             ).fetchone()
         return row is not None
 
     def renew_hint(self, key: str) -> None:
-        """``hint_marks.renew`` on the database's mark: a waiting hint's age counts from now;
-        no mark (its delivery took it) stays none."""
+        """``hint_marks.renew`` on the database's mark: a waiting hint's age counts from now
+        (a mark dated later keeps its date); no mark (its delivery took it) stays none."""
         with self.connection() as conn:
             conn.execute(
-                "UPDATE memhoncho_conversations SET hint_at = extract(epoch FROM clock_timestamp())"
+                "UPDATE memhoncho_conversations"
+                " SET hint_at = greatest(hint_at, extract(epoch FROM clock_timestamp()))"
                 " WHERE key = %s AND hint_at IS NOT NULL",
                 (key,),
             )
