@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from memhoncho.capture.host import Host
@@ -31,14 +32,26 @@ def _normalized(raw: bytes) -> dict[str, Any]:
     return message
 
 
+def _hint(publisher: Any, conversation_id: str, how: str) -> None:
+    if how == "published":
+        publisher.publish(conversation_id)
+        return
+    pushed = publisher.push(conversation_id)  # the LPUSH written beside the fsync (hint_push)
+    assert pushed is not None
+    pushed.reply()
+
+
+@pytest.mark.parametrize("how", ["published", "pushed"])
 def test_a_delivery_hint_is_the_message_send_task_publishes(
-    config_dir: Path, data_dir: Path, redis_url: str
+    config_dir: Path, data_dir: Path, redis_url: str, how: str
 ) -> None:
     write_settings(config_dir, broker_url=redis_url)
     write_api_key(config_dir, "k")
     client = redis.Redis.from_url(redis_url)
     with Host(config_dir, data_dir) as host:
         app, publisher = host._sender.client()
+        publisher.publish("first")  # a publish through kombu makes the kept Redis connection
+        client.delete(routing.deliver_queue("first", PARTITIONS))
         for conversation_id in CONVERSATIONS:
             app.send_task(  # the hint carries the deployment's identity (worker/foreign.py)
                 routing.DELIVER_TASK,
@@ -47,40 +60,12 @@ def test_a_delivery_hint_is_the_message_send_task_publishes(
                 retry=False,
                 ignore_result=True,
             )
-            publisher.publish(conversation_id)
+            _hint(publisher, conversation_id, how)
             queue = routing.deliver_queue(conversation_id, PARTITIONS)
             ours, celerys = client.lpop(queue), client.lpop(queue)  # lpush: newest first
             assert ours is not None and celerys is not None
             assert _normalized(ours) == _normalized(celerys)
-            assert json.loads(ours)["headers"]["id"] != json.loads(celerys)["headers"]["id"]
-    client.close()
-
-
-def test_a_pushed_hint_is_the_message_send_task_publishes(
-    config_dir: Path, data_dir: Path, redis_url: str
-) -> None:
-    """The LPUSH written beside the fsync (``hint_push``) stores kombu's own envelope."""
-    write_settings(config_dir, broker_url=redis_url)
-    write_api_key(config_dir, "k")
-    client = redis.Redis.from_url(redis_url)
-    with Host(config_dir, data_dir) as host:
-        app, publisher = host._sender.client()
-        publisher.publish("first")  # a publish through kombu makes the kept connection
-        for conversation_id in CONVERSATIONS:
-            app.send_task(
-                routing.DELIVER_TASK,
-                args=[conversation_id],
-                kwargs={"deployment_id": host.deployment.hint_identity()},
-                retry=False,
-                ignore_result=True,
-            )
-            pushed = publisher.push(conversation_id)
-            assert pushed is not None
-            pushed.reply()
-            queue = routing.deliver_queue(conversation_id, PARTITIONS)
-            ours, celerys = client.lpop(queue), client.lpop(queue)
-            assert ours is not None and celerys is not None
-            assert _normalized(ours) == _normalized(celerys)
-            tags = {json.loads(raw)["properties"]["delivery_tag"] for raw in (ours, celerys)}
-            assert len(tags) == 2
+            for field in ("headers", "properties"):  # the task id, and the delivery tag
+                unique = "id" if field == "headers" else "delivery_tag"
+                assert json.loads(ours)[field][unique] != json.loads(celerys)[field][unique]
     client.close()

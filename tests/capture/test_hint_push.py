@@ -44,10 +44,9 @@ def broker(redis_url: str) -> Iterator[redis.Redis]:
     client.close()
 
 
-@pytest.fixture
-def pushes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Whether each hint begun was pushed (True) or left to a hint thread (False)."""
-    seen: list[bool] = []
+def _recording(seen: list[bool]) -> Any:
+    """``Pushers.push`` that notes whether each hint begun was pushed (True) or left to a hint
+    thread (False)."""
     push = hint_push.Pushers.push
 
     def recording(self: hint_push.Pushers, queue: Any, message: str) -> Any:
@@ -55,7 +54,13 @@ def pushes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
         seen.append(pushed is not None)
         return pushed
 
-    monkeypatch.setattr(hint_push.Pushers, "push", recording)
+    return recording
+
+
+@pytest.fixture
+def pushes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    seen: list[bool] = []
+    monkeypatch.setattr(hint_push.Pushers, "push", _recording(seen))
     return seen
 
 
@@ -114,14 +119,7 @@ def test_a_capture_whose_fsync_fails_after_its_push_ends_the_push(
 
 def _capture_in_child(host: Host, answers: Any) -> None:
     pushed: list[bool] = []
-    push = hint_push.Pushers.push
-
-    def recording(self: hint_push.Pushers, queue: Any, message: str) -> Any:
-        result = push(self, queue, message)
-        pushed.append(result is not None)
-        return result
-
-    hint_push.Pushers.push = recording  # type: ignore[method-assign]
+    hint_push.Pushers.push = _recording(pushed)  # type: ignore[method-assign]
     answers.put((_capture_after_a_take(host, "r-child").enqueued, pushed))
 
 
