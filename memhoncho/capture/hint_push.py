@@ -97,6 +97,10 @@ class Pushers:
             return
         self._give_back(connection)
 
+    def idle(self) -> bool:
+        """Whether a push may find a kept connection now (``push`` looks again, locked)."""
+        return bool(self._idle) and self._pid == os.getpid()
+
     def push(self, queue: Any, message: str) -> Push | None:
         """The LPUSH of ``message`` onto ``queue`` written now; None without an idle kept
         connection or for a queue kombu would not publish to with one LPUSH (an expiring

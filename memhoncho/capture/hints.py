@@ -46,6 +46,10 @@ class DeliverPublisher:
     2-core machine). With as many publishes already in flight it uses the app's pool. A kept
     connection is dropped at its first error (the next publish opens a new one); ``close``
     closes the rest.
+
+    On Redis, ``push`` writes the same message straight onto the queue's list on a connection
+    kept for it, for the capture to read the reply after its fsync (``hint_push``); each
+    publish through kombu that succeeds keeps one more such connection, up to as many.
     """
 
     def __init__(self, app: Celery, deployment_id: str | None = None) -> None:
@@ -98,6 +102,8 @@ class DeliverPublisher:
         """The hint's LPUSH written now on a kept Redis connection, for its ``reply`` to be
         read once the capture's fsync is done (``hint_push``); None where it cannot be (not on
         Redis, no idle kept connection yet): ``publish`` then. Raises what the socket raised."""
+        if not self._pushers.idle():  # not on Redis, or every kept connection is pushing
+            return None
         queue = self._wire(conversation_id)[0]
         task_id = str(uuid.uuid4())
         template = self._templates(conversation_id, os.getpid())
