@@ -8,6 +8,12 @@ suffix) and renamed into place, so a reader finds all of it or nothing. A messag
 does not decode (a hand-made or damaged file) is logged and dropped: the broker carries hints
 only, and the sweep re-drives a conversation whose hint was lost. A taken message is moved to
 the broker's own ``taken`` folder, never the system temp dir, so nothing leaves the data dir.
+
+kombu's exchange tables (the bindings in the control folder) have the same flaw: a process
+creating a table empties it before it locks and writes it, so another process starting at the
+same moment reads nothing (``JSONDecodeError``: the worker exits, seen in CI with two workers
+starting together) or both write and a binding is lost. Here a table is changed under a lock
+file of its own and replaced whole, so a reader needs no lock and never sees half of one.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem, virtual
+from kombu.transport.filesystem import LOCK_EX, exchange_queue_t, lock, unlock
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
 
@@ -76,6 +83,46 @@ class Channel(filesystem.Channel):
                     extra={"action": "broker_message_dropped", "queue": queue},
                 )
         raise Empty()
+
+    def get_table(self, exchange: Any) -> list[Any]:
+        """The exchange's bindings; none while it has no table (``_queue_bind`` writes it)."""
+        try:
+            return self._read_table(self._exchange_file(exchange))
+        except FileNotFoundError:
+            return []
+
+    def _queue_bind(self, exchange: Any, routing_key: Any, pattern: Any, queue: Any) -> None:
+        file = self._exchange_file(exchange)
+        binding = exchange_queue_t(routing_key or "", pattern or "", queue or "")
+        try:
+            self.control_folder.mkdir(exist_ok=True)
+            with open(f"{file}.lock", "ab") as guard:
+                lock(guard, LOCK_EX)
+                try:
+                    bindings = self.get_table(exchange)
+                    if binding in bindings:
+                        return
+                    temp = f"{file}.writing-{uuid.uuid4().hex}"
+                    with open(temp, "wb") as handle:
+                        handle.write(str_to_bytes(dumps([binding, *bindings])))
+                    os.replace(temp, file)  # readers see the old table or the new one
+                finally:
+                    unlock(guard)
+        except OSError as exc:
+            raise ChannelError(f"Cannot write the bindings of {exchange!r}") from exc
+
+    @staticmethod
+    def _read_table(file: Any) -> list[Any]:
+        with open(file, "rb") as handle:
+            content = handle.read()
+        try:
+            return [exchange_queue_t(*row) for row in loads(bytes_to_str(content))]
+        except (ValueError, TypeError):
+            log.warning(
+                "an embedded-broker exchange table did not decode; read as empty",
+                extra={"action": "broker_table_dropped", "file": str(file)},
+            )
+            return []
 
 
 #: each control folder's declared exchanges and bindings, shared by the process's connections

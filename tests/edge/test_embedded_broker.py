@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from kombu import Connection, Exchange, Queue
 
@@ -13,6 +16,8 @@ from memhoncho.worker.embedded_broker import TRANSPORT
 
 MESSAGES = 400  # per publisher
 PUBLISHERS = 2
+DECLARERS = 4  # processes declaring their queue on the same fresh exchanges at once
+EXCHANGES = 300  # each one's first table is a race between them
 
 
 def _connection(data_dir: Path) -> Connection:
@@ -77,3 +82,51 @@ def test_a_binding_declared_for_one_data_dir_is_written_for_the_next_one(tmp_pat
             conn.Producer().publish({"x": 1}, exchange=exchange, routing_key="memhoncho.deliver.1")
         sent = [p.name for p in (data_dir / "broker" / "queue").iterdir()]
         assert [n.partition(".")[2] for n in sent] == ["memhoncho.deliver.1.msg"], name
+
+
+def _declare_on_every_exchange(data_dir: Path, queue: str, start: Any) -> None:
+    start.wait()
+    with _connection(data_dir) as conn:
+        for n in range(EXCHANGES):
+            exchange = Exchange(f"race{n}", type="direct")
+            Queue(queue, exchange, routing_key=queue)(conn.default_channel).declare()
+
+
+def test_processes_declaring_on_the_same_new_exchanges_at_once_keep_every_binding(
+    data_dir: Path,
+) -> None:
+    """kombu's own transport empties a new table before it locks it: a process starting at the
+    same moment read nothing and exited (JSONDecodeError, a CI run of two workers), or a binding
+    was overwritten and that queue's hints silently went nowhere."""
+    context = multiprocessing.get_context("fork")
+    start = context.Event()
+    queues = [f"worker{n}" for n in range(DECLARERS)]
+    processes = [
+        context.Process(target=_declare_on_every_exchange, args=(data_dir, queue, start))
+        for queue in queues
+    ]
+    for process in processes:
+        process.start()
+    start.set()
+    for process in processes:
+        process.join(timeout=60)
+    assert [process.exitcode for process in processes] == [0] * DECLARERS
+    control = data_dir / "broker" / "control"
+    for n in range(EXCHANGES):
+        table = json.loads((control / f"race{n}.exchange").read_text())
+        assert sorted(row[2] for row in table) == queues, n
+
+
+def test_an_exchange_table_that_does_not_decode_is_rewritten_by_the_next_declaration(
+    data_dir: Path,
+) -> None:
+    control = data_dir / "broker" / "control"
+    control.mkdir(parents=True)
+    (control / "memhoncho.exchange").write_bytes(b"")  # a crash while an older kombu wrote it
+    exchange = Exchange("memhoncho", type="direct")
+    with _connection(data_dir) as conn:
+        Queue("memhoncho.deliver.1", exchange, routing_key="memhoncho.deliver.1")(
+            conn.default_channel
+        ).declare()
+        conn.Producer().publish({"x": 1}, exchange=exchange, routing_key="memhoncho.deliver.1")
+    assert len(list((data_dir / "broker" / "queue").iterdir())) == 1
