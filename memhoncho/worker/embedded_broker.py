@@ -86,10 +86,13 @@ class Channel(filesystem.Channel):
 
     def get_table(self, exchange: Any) -> list[Any]:
         """The exchange's bindings; none while it has no table (``_queue_bind`` writes it)."""
+        file = self._exchange_file(exchange)
         try:
-            return self._read_table(self._exchange_file(exchange))
+            return self._read_table(file)
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise ChannelError(f"Cannot read the bindings of {exchange!r}") from exc
 
     def _queue_bind(self, exchange: Any, routing_key: Any, pattern: Any, queue: Any) -> None:
         file = self._exchange_file(exchange)
@@ -102,10 +105,7 @@ class Channel(filesystem.Channel):
                     bindings = self.get_table(exchange)
                     if binding in bindings:
                         return
-                    temp = f"{file}.writing-{uuid.uuid4().hex}"
-                    with open(temp, "wb") as handle:
-                        handle.write(str_to_bytes(dumps([binding, *bindings])))
-                    os.replace(temp, file)  # readers see the old table or the new one
+                    _replace(file, str_to_bytes(dumps([binding, *bindings])))
                 finally:
                     unlock(guard)
         except OSError as exc:
@@ -123,6 +123,20 @@ class Channel(filesystem.Channel):
                 extra={"action": "broker_table_dropped", "file": str(file)},
             )
             return []
+
+
+def _replace(file: Any, content: bytes) -> None:
+    """``file`` replaced whole by ``content`` (readers see the old or the new); on an error
+    (a full disk) the old one stays and nothing is left beside it."""
+    temp = f"{file}.writing-{uuid.uuid4().hex}"
+    try:
+        with open(temp, "wb") as handle:
+            handle.write(content)
+        os.replace(temp, file)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 #: each control folder's declared exchanges and bindings, shared by the process's connections

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
+import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kombu import Connection, Exchange, Queue
+from kombu.exceptions import ChannelError
 
 from memhoncho.celery_app import embedded_broker
 from memhoncho.worker.embedded_broker import TRANSPORT
@@ -130,3 +134,29 @@ def test_an_exchange_table_that_does_not_decode_is_rewritten_by_the_next_declara
         ).declare()
         conn.Producer().publish({"x": 1}, exchange=exchange, routing_key="memhoncho.deliver.1")
     assert len(list((data_dir / "broker" / "queue").iterdir())) == 1
+
+
+def test_a_table_that_cannot_be_written_is_a_channel_error_and_leaves_it_as_it_was(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exchange = Exchange("memhoncho", type="direct")
+    table = data_dir / "broker" / "control" / "memhoncho.exchange"
+    with _connection(data_dir) as conn:
+        Queue("memhoncho.deliver.1", exchange, routing_key="memhoncho.deliver.1")(
+            conn.default_channel
+        ).declare()
+        before = table.read_bytes()
+
+        def full_disk(src: object, dst: object) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "replace", full_disk)
+        with pytest.raises(ChannelError):
+            Queue("memhoncho.deliver.2", exchange, routing_key="memhoncho.deliver.2")(
+                conn.default_channel
+            ).declare()
+    assert table.read_bytes() == before
+    assert sorted(p.name for p in table.parent.iterdir()) == [
+        "memhoncho.exchange",
+        "memhoncho.exchange.lock",
+    ]
