@@ -35,6 +35,9 @@ from kombu.transport.filesystem import LOCK_EX, exchange_queue_t, lock, unlock
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
 
+from memhoncho.errors import StoreError
+from memhoncho.store import atomic
+
 log = logging.getLogger(__name__)
 
 TRANSPORT = "memhoncho.worker.embedded_broker:Transport"  #: Celery's ``broker_transport`` for it
@@ -85,14 +88,24 @@ class Channel(filesystem.Channel):
         raise Empty()
 
     def get_table(self, exchange: Any) -> list[Any]:
-        """The exchange's bindings; none while it has no table (``_queue_bind`` writes it)."""
+        """The exchange's bindings; none while it has no table (``_queue_bind`` writes it), or
+        when it does not decode (logged; the next declaration writes it anew)."""
         file = self._exchange_file(exchange)
         try:
-            return self._read_table(file)
+            with open(file, "rb") as handle:
+                content = handle.read()
         except FileNotFoundError:
             return []
         except OSError as exc:
             raise ChannelError(f"Cannot read the bindings of {exchange!r}") from exc
+        try:
+            return [exchange_queue_t(*row) for row in loads(bytes_to_str(content))]
+        except (ValueError, TypeError):
+            log.warning(
+                "an embedded-broker exchange table did not decode; read as empty",
+                extra={"action": "broker_table_dropped", "file": str(file)},
+            )
+            return []
 
     def _queue_bind(self, exchange: Any, routing_key: Any, pattern: Any, queue: Any) -> None:
         file = self._exchange_file(exchange)
@@ -105,38 +118,13 @@ class Channel(filesystem.Channel):
                     bindings = self.get_table(exchange)
                     if binding in bindings:
                         return
-                    _replace(file, str_to_bytes(dumps([binding, *bindings])))
+                    # replaced whole: readers see the old table or the new one
+                    table = str_to_bytes(dumps([binding, *bindings]))
+                    atomic.write_bytes(file, table, durable=False)
                 finally:
                     unlock(guard)
-        except OSError as exc:
+        except (OSError, StoreError) as exc:
             raise ChannelError(f"Cannot write the bindings of {exchange!r}") from exc
-
-    @staticmethod
-    def _read_table(file: Any) -> list[Any]:
-        with open(file, "rb") as handle:
-            content = handle.read()
-        try:
-            return [exchange_queue_t(*row) for row in loads(bytes_to_str(content))]
-        except (ValueError, TypeError):
-            log.warning(
-                "an embedded-broker exchange table did not decode; read as empty",
-                extra={"action": "broker_table_dropped", "file": str(file)},
-            )
-            return []
-
-
-def _replace(file: Any, content: bytes) -> None:
-    """``file`` replaced whole by ``content`` (readers see the old or the new); on an error
-    (a full disk) the old one stays and nothing is left beside it."""
-    temp = f"{file}.writing-{uuid.uuid4().hex}"
-    try:
-        with open(temp, "wb") as handle:
-            handle.write(content)
-        os.replace(temp, file)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
 
 
 #: each control folder's declared exchanges and bindings, shared by the process's connections
