@@ -248,6 +248,7 @@ def open_data_dir(data_dir: str | os.PathLike[str], init: bool | None = None) ->
 
 
 def is_default_data_dir(data_dir: str | os.PathLike[str]) -> bool:
-    """Whether ``data_dir`` is the default location (``dirs.default_data_dir``)."""
-    default = Path(dirs.default_data_dir())
-    return Path(data_dir).absolute() == default.absolute()
+    """Whether ``data_dir`` is the default location (``dirs.default_data_dir``), however it is
+    spelt: named by a flag or ``MEMHONCHO_DATA_DIR``, through a link, with a ``~``."""
+    default = Path(dirs.default_data_dir()).expanduser().resolve()
+    return Path(data_dir).expanduser().resolve() == default

@@ -10,19 +10,25 @@ DATA_ENV = "MEMHONCHO_DATA_DIR"
 
 
 def config_dir(explicit: str | os.PathLike[str] | None = None) -> str:
-    """Explicit, else ``MEMHONCHO_CONFIG_DIR``, else ``~/.config/memhoncho``."""
+    """Explicit, else ``MEMHONCHO_CONFIG_DIR``, else ``~/.config/memhoncho``.
+
+    A leading ``~`` is the home folder: a desktop client passes its settings' environment
+    without a shell to expand it."""
     if explicit is not None:
-        return os.fspath(explicit)
-    return os.environ.get(CONFIG_ENV) or os.path.join(
-        os.path.expanduser("~"), ".config", "memhoncho"
-    )
+        return os.path.expanduser(os.fspath(explicit))
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        return os.path.expanduser(named)
+    return os.path.join(os.path.expanduser("~"), ".config", "memhoncho")
 
 
 def data_dir(explicit: str | os.PathLike[str] | None = None) -> str:
-    """Explicit, else ``MEMHONCHO_DATA_DIR``, else ``~/.local/share/memhoncho``."""
+    """Explicit, else ``MEMHONCHO_DATA_DIR``, else ``~/.local/share/memhoncho`` (a leading
+    ``~`` expanded, as for ``config_dir``)."""
     if explicit is not None:
-        return os.fspath(explicit)
-    return os.environ.get(DATA_ENV) or default_data_dir()
+        return os.path.expanduser(os.fspath(explicit))
+    named = os.environ.get(DATA_ENV)
+    return os.path.expanduser(named) if named else default_data_dir()
 
 
 def default_data_dir() -> str:

@@ -21,6 +21,7 @@ import base64
 import contextlib
 import json
 import os
+import sys
 import threading
 import uuid
 from typing import Any
@@ -76,9 +77,13 @@ class Pushers:
         self._closed = False
 
     def add_from(self, channel: Any) -> None:
-        """Keep one more connection like ``channel``'s, when it is a plain Redis channel."""
-        from kombu.transport import redis as kombu_redis
+        """Keep one more connection like ``channel``'s, when it is a plain Redis channel.
 
+        Only a channel of kombu's Redis transport, which is imported already when one exists:
+        importing it for another broker's channel would need what only Redis needs."""
+        kombu_redis = sys.modules.get("kombu.transport.redis")
+        if kombu_redis is None:  # no Redis channel exists in this process
+            return
         prefix: Any = getattr(channel, "global_keyprefix", None)  # keys kombu would rename
         if prefix or not isinstance(channel, kombu_redis.Channel):
             return

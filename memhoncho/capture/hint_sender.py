@@ -10,6 +10,7 @@ cost nothing but the hint: the relay or the sweep sends it.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from memhoncho.deployment import Deployment
 from memhoncho.errors import MemhonchoError
 from memhoncho.models import HintOutcome
 from memhoncho.store import hint_marks
+from memhoncho.store.hint_failures import add_hint_failure
 from memhoncho.worker import routing
 
 if TYPE_CHECKING:
@@ -52,6 +54,8 @@ class HintSender:
         self._idle = threading.Condition()
         self._closed = False
         self._hints = HintPool()
+        self._owed: dict[tuple[str, str], None] = {}  # requests to publish again (ordered)
+        self._failures_logged: set[str] = set()  # causes logged once (with their traceback)
         #: delivery hints published (a coalesced capture publishes none)
         self.hints_published = 0
 
@@ -71,11 +75,21 @@ class HintSender:
             return self._app, self._deliver
 
     def enqueue(self, task: str, conversation_id: str) -> bool:
-        """Publish ``task`` for the conversation now; False (at once) when there is no key or
-        the broker is known down."""
-        if not self.may_publish():
+        """Publish ``task`` for the conversation now; False (at once) when there is no key.
+
+        Unlike a capture's hint, nothing re-drives such a request from the outbox, so it is
+        tried even while the broker is known down, and one that fails is owed: published
+        again after the next publish that succeeds (``_pay_owed``)."""
+        if self._closed or self.deployment.api_key() is None:
             return False
-        return self._publish(task, [conversation_id])
+        if task == DELIVER_TASK and time.monotonic() < self._broker_down_until:
+            return False  # the relay and the sweep re-drive a delivery hint
+        sent = self._publish(task, [conversation_id])
+        if sent:
+            self._pay_owed()
+        elif task != DELIVER_TASK:
+            self._owe(task, conversation_id)
+        return sent
 
     def soon(
         self,
@@ -170,6 +184,8 @@ class HintSender:
         if sent:
             with self._idle:
                 self.hints_published += 1
+            if self._owed:
+                self._pay_owed()
         else:  # no hint waits after all: the next capture must publish one
             release()
         return sent
@@ -189,18 +205,53 @@ class HintSender:
                 self._deliver_hint(args[0], pushed)
             else:
                 self.client()[0].send_task(task, args=args, retry=False, ignore_result=True)
-            return True
-        except Exception as exc:  # the broker is down or refused: the sweep re-drives it
-            self._broker_down_until = time.monotonic() + BROKER_BACKOFF_S
-            log.warning(
-                "delivery hint not published; the sweep will enqueue it",
-                extra={"action": "enqueue_failed", "error": type(exc).__name__},
-            )
+        except Exception as exc:
+            if broker_unreachable(exc):  # weather: the relay and the sweep re-drive the work
+                self._broker_down_until = time.monotonic() + BROKER_BACKOFF_S
+                log.warning(
+                    "delivery hint not published; the sweep will enqueue it",
+                    extra={"action": "enqueue_failed", "error": type(exc).__name__},
+                )
+            else:  # an import error or a bug: no backoff, and the person must see it
+                self._count_failure(exc)
             return False
         finally:
             with self._idle:
                 self._in_flight -= 1
                 self._idle.notify_all()
+        return True
+
+    def _count_failure(self, exc: Exception) -> None:
+        """Log a hint that failed for a reason other than the broker (its cause once, with
+        the traceback) and count it for the status view (``hints.failed``)."""
+        cause = f"{type(exc).__name__}: {exc}"
+        first = cause not in self._failures_logged
+        self._failures_logged.add(cause)
+        log.error(
+            "delivery hint failed (not a broker outage); the relay and the sweep re-drive it",
+            exc_info=exc if first else None,
+            extra={"action": "hint_failed", "error": type(exc).__name__},
+        )
+        try:
+            add_hint_failure(self.deployment.layout, cause)
+        except MemhonchoError:
+            pass  # a full disk: the log line above is what is left
+
+    def _owe(self, task: str, conversation_id: str) -> None:
+        with self._idle:
+            self._owed[(task, conversation_id)] = None
+
+    def _pay_owed(self) -> None:
+        """Publish again the requests that failed before, now that a publish went through."""
+        while self._owed and not self._closed:
+            with self._idle:
+                if not self._owed:
+                    return
+                task, conversation_id = next(iter(self._owed))
+                del self._owed[(task, conversation_id)]
+            if not self._publish(task, [conversation_id]):
+                self._owe(task, conversation_id)
+                return
 
     def _deliver_hint(self, conversation_id: str, pushed: Push | None) -> None:
         """Read the reply to a pushed LPUSH, or publish; raises what the broker raised."""
@@ -230,3 +281,22 @@ class HintSender:
                 close_app(self._app)
                 self._app = None
                 self._deliver = None
+
+
+def broker_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the broker could not be reached or refused the publish (weather:
+    back off), rather than memhoncho or its install being wrong (an import error, a bug).
+
+    Each library's errors are looked up only where that library is loaded already: a publish
+    that raised one of them has loaded it."""
+    if isinstance(exc, OSError | TimeoutError):  # refused, reset, timed out; a full disk
+        return True
+    for module, name in (
+        ("kombu.exceptions", "KombuError"),
+        ("redis.exceptions", "RedisError"),
+        ("amqp.exceptions", "AMQPError"),
+    ):
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(exc, getattr(loaded, name)):
+            return True
+    return False

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from memhoncho.settings import Settings
-from memhoncho.status import foreign_hints, stranded
+from memhoncho.status import foreign_hints, hints, stranded
 
 HEALTHY = "healthy"  #: delivering, every source read, beat and consumers in place
 DEGRADED = "degraded"  #: works for now, but something an operator must fix (or a source unread)
@@ -47,6 +47,7 @@ def verdict(view: dict[str, Any], current: Settings) -> dict[str, Any]:
     found += _relay(view.get("config") or {}, current)
     found += _stranded(view)
     found += foreign_hints.findings(view)
+    found += hints.findings(view)
     if view.get("config", {}).get("configured") is False:
         found.append((DEGRADED, "no Honcho API key is configured: captures wait on disk"))
     unread = view.get("degraded") or []

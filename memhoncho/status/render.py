@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from memhoncho.status import foreign_hints, stranded
+from memhoncho.status import foreign_hints, hints, stranded
 from memhoncho.status.health import VERDICTS as HEALTH_VERDICTS
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ def rows(view: dict[str, Any]) -> list[tuple[str, str, str]]:
             rows.append(("hooks", "error", f"{_when(error.get('at'))} {error.get('code')}"))
     rows += stranded.table_rows(view)
     rows += foreign_hints.table_rows(view)
+    rows += hints.table_rows(view)
     depths = view.get("queues", {}).get("depths")
     if isinstance(depths, dict):
         for queue, depth in depths.items():
@@ -311,6 +312,11 @@ class ViewCollector:
                 "foreign_hints",
                 "delivery hints a worker got from another deployment",
                 view.get("foreign_hints", {}).get("count"),
+            ),
+            gauge(
+                "hints_failed",
+                "delivery hints that failed for a reason other than the broker being down",
+                view.get("hints", {}).get("failed"),
             ),
             gauge(
                 "stranded_conversations",

@@ -17,7 +17,7 @@ from memhoncho import results
 from memhoncho.deployment import Deployment
 from memhoncho.imports import progress as imports
 from memhoncho.settings import Settings, values
-from memhoncho.status import foreign_hints, health, redactions, render, stranded
+from memhoncho.status import foreign_hints, health, hints, redactions, render, stranded
 from memhoncho.status.workers import MAX_AGE_S, WorkersReader, others
 from memhoncho.store import parked
 from memhoncho.store.base import Census
@@ -304,6 +304,7 @@ class StatusReader:
             "stranded", lambda: stranded.bucket(deployment, current, now, depths)
         )
         view["foreign_hints"] = _guarded("foreign_hints", lambda: foreign_hints.bucket(deployment))
+        view["hints"] = _guarded("hints", lambda: hints.bucket(deployment))
         view["last_delivery_at"] = view["last_delivery"].get("at")
         degraded = sorted(
             name for name, b in view.items() if isinstance(b, dict) and b.get("state") == DEGRADED

@@ -56,6 +56,29 @@ def test_host_creates_the_default_data_directory_on_first_use(
     assert identity(tmp_path / "home" / ".local" / "share" / "memhoncho") is not None
 
 
+@pytest.mark.parametrize("spelling", ["plain", "tilde", "through-a-link", "trailing-slash"])
+def test_the_default_location_named_explicitly_is_created_on_first_use_as_when_unnamed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    """A desktop client's settings name the default folder in full (docs/mcp.md), or with a
+    ``~`` no shell expands, or through a link to the home folder: each is the default."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "link").symlink_to(home)
+    monkeypatch.setenv("HOME", str(home))
+    named = {
+        "plain": str(home / ".local/share/memhoncho"),
+        "tilde": "~/.local/share/memhoncho",
+        "through-a-link": str(tmp_path / "link" / ".local/share/memhoncho"),
+        "trailing-slash": str(home / ".local/share/memhoncho") + "/",
+    }[spelling]
+    monkeypatch.setenv("MEMHONCHO_DATA_DIR", named)
+    with Host(tmp_path / "config"):
+        pass
+    assert identity(home / ".local" / "share" / "memhoncho") is not None
+    assert not (Path.cwd() / "~").exists()
+
+
 @pytest.mark.parametrize("how", ["argument", "variable"])
 def test_host_refuses_a_named_folder_never_initialised_and_creates_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
