@@ -26,7 +26,7 @@ safe for capture because it is idempotent per run id (the same run answers ``dup
 0) and the outbox's lock keeps two writers of one conversation apart; status only reads.
 
 The client half imports only ``json``, ``os``, ``socket`` and ``sys`` (and ``dirs``); the server
-half imports the rest when a relay starts it.
+half (``relay_server.py``) imports the rest when a relay starts it.
 """
 
 from __future__ import annotations
@@ -41,16 +41,12 @@ from typing import TYPE_CHECKING, Any
 from memhoncho import dirs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
 CONNECT_TIMEOUT_S = 0.5  # a relay that does not accept within this is not used
 ANSWER_TIMEOUT_S = 20.0  # a capture is one fsync; past this the command runs itself
 #: a larger request is declined unread: the command captures it itself (and refuses it there)
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
-#: a fault for tests: the relay SIGKILLs itself after handling a request, before it answers
-FAULT_ENV = "MEMHONCHO_FAULT_RELAY_CAPTURE"
-KILL_BEFORE_ANSWER = "kill-before-answer"
-KILL_BEFORE_CAPTURE = "kill-before-capture"  # ... holding the request, before it handles it
 
 CAPTURE, STATUS = "capture", "status"
 DECLINED = -1
@@ -201,12 +197,61 @@ def _parse(argv: list[str]) -> tuple[str, dict[str, str], set[str]] | None:
     return command, options, flags
 
 
-def request(path: str, config: str, header: dict[str, Any], body: bytes = b"") -> Answer | None:
-    """Send one request to the relay at ``path``; its answer, or None when there is none."""
+def trusted_uids(path: str) -> set[int]:
+    """Who may serve the relay at ``path``: this process's user and the owner of the data
+    directory (``path`` is ``<data>/state/relay.sock``): the deployment, never another member
+    of a group that may write ``state/``."""
+    uids = {os.geteuid()}
     try:
+        uids.add(os.stat(os.path.dirname(os.path.dirname(path))).st_uid)
+    except OSError:
+        pass
+    return uids
+
+
+def _impostor(path: str, conn: socket.socket | None = None) -> str | None:
+    """Why the socket at ``path`` (or the peer on ``conn``) is not the deployment's relay;
+    None when it is. A socket someone else made could take the raw run and forge answers."""
+    import stat
+
+    trusted = trusted_uids(path)
+    if conn is None:
+        found = os.lstat(path)
+        if not stat.S_ISSOCK(found.st_mode):
+            return "not a socket"
+        if found.st_uid not in trusted:
+            return f"owned by uid {found.st_uid}"
+        return None
+    peer_option = getattr(socket, "SO_PEERCRED", None)
+    if peer_option is None:  # no peer credentials here (macOS): the owner's check stands
+        return None
+    import struct
+
+    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, peer_option, 12))
+    return None if uid in trusted else f"served by uid {uid}"
+
+
+def _refuse(path: str, why: str) -> None:
+    sys.stderr.write(
+        f"memhoncho: {path} is not this deployment's relay ({why}); capturing in this process\n"
+    )
+
+
+def request(path: str, config: str, header: dict[str, Any], body: bytes = b"") -> Answer | None:
+    """Send one request to the relay at ``path``; its answer, or None when there is none (or
+    the socket is not the deployment's: ``_impostor``)."""
+    try:
+        why = _impostor(path)
+        if why is not None:
+            _refuse(path, why)
+            return None
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(CONNECT_TIMEOUT_S)
             conn.connect(path)
+            why = _impostor(path, conn)
+            if why is not None:
+                _refuse(path, why)
+                return None
             conn.settimeout(ANSWER_TIMEOUT_S)
             line = json.dumps({**header, "config_dir": os.path.abspath(config)}).encode()
             conn.sendall(line + b"\n" + body)
@@ -232,124 +277,3 @@ def listening(path: str) -> bool:
         return True
     except OSError:
         return False
-
-
-def fault(point: str) -> None:
-    """Tests only: the relay dies here, as by ``kill -9``, when ``FAULT_ENV`` names ``point``."""
-    if os.environ.get(FAULT_ENV) == point:
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-# ---- the server: in the relay ------------------------------------------------------------
-
-
-class RelaySocketServer:
-    """Serves the commands' requests on the data directory's socket, a thread per connection."""
-
-    def __init__(
-        self,
-        config_dir: str,
-        data_dir: str,
-        handlers: Mapping[str, Callable[[dict[str, Any], bytes], Answer]],
-    ) -> None:
-        self.path = dirs.relay_socket(data_dir)
-        self.config_dir = os.path.abspath(config_dir)
-        self.data_dir = data_dir
-        #: requests declined because the caller's settings were not this relay's
-        self.declined_other_settings = 0
-        self.handlers = handlers
-        self._sock: socket.socket | None = None
-        self._thread: Any = None
-        self._inode = -1
-
-    def start(self) -> bool:
-        """Listen; False (logged) when another relay already serves, or the socket can't be."""
-        import logging
-        import threading
-
-        log = logging.getLogger(__name__)
-        if listening(self.path):
-            log.info("relay socket served by another relay", extra={"path": self.path})
-            return False
-        temporary = f"{self.path}.{os.getpid()}"
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            if os.path.lexists(temporary):
-                os.unlink(temporary)
-            sock.bind(temporary)  # under a private name until it is 0600, then renamed
-            os.chmod(temporary, 0o600)
-            sock.listen(64)
-            os.replace(temporary, self.path)  # over a stale socket nobody listens on
-            self._inode = os.stat(self.path).st_ino  # stop() removes only this file
-        except OSError as exc:  # e.g. a path over the 107 bytes AF_UNIX takes
-            sock.close()
-            try:
-                os.unlink(temporary)
-            except OSError:
-                pass
-            log.warning(
-                "relay socket not served: capture and status run in their own process",
-                extra={"action": "relay_socket_failed", "error": type(exc).__name__},
-            )
-            return False
-        self._sock = sock
-        self._thread = threading.Thread(target=self._accept, name="relay-socket", daemon=True)
-        self._thread.start()
-        return True
-
-    def stop(self) -> None:
-        """Stop listening and remove the socket (when it is still this relay's)."""
-        sock, self._sock = self._sock, None
-        if sock is None:
-            return
-        try:
-            if os.stat(self.path).st_ino == self._inode:  # not another relay's since
-                os.unlink(self.path)
-        except OSError:
-            pass
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
-
-    def _accept(self) -> None:
-        import threading
-
-        while (sock := self._sock) is not None:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return  # closed by stop()
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                conn.settimeout(ANSWER_TIMEOUT_S)
-                data = bytearray()
-                while len(data) <= MAX_REQUEST_BYTES and (chunk := conn.recv(65536)):
-                    data += chunk
-                line, _, body = bytes(data).partition(b"\n")
-                header = json.loads(line)
-                handler = self.handlers.get(header.get("op"))
-                if len(data) > MAX_REQUEST_BYTES or handler is None:
-                    answer: Answer = (DECLINED, "", "")  # the command runs it itself
-                elif header.get("config_dir") != self.config_dir or header.get(
-                    "settings_digest"
-                ) != settings_digest(self.config_dir, self.data_dir):
-                    # Another configuration, or other settings (an environment variable, a
-                    # file changed since): not this relay's to answer.
-                    self.declined_other_settings += 1
-                    answer = (DECLINED, "", "")
-                else:
-                    fault(KILL_BEFORE_CAPTURE)
-                    answer = handler(header, body)
-                    fault(KILL_BEFORE_ANSWER)
-                code, out, err = answer
-                conn.sendall(json.dumps({"exit": code, "stdout": out, "stderr": err}).encode())
-            except (OSError, ValueError, AttributeError):
-                return  # the client gone or garbled: it runs in-process

@@ -80,7 +80,7 @@ def relay_command(args: argparse.Namespace) -> int:
     answer ``memhoncho capture`` and ``status`` on the relay's socket (``relay_socket.py``)."""
     import signal
 
-    from memhoncho.capture import relay, relay_socket
+    from memhoncho.capture import relay, relay_server, relay_socket
     from memhoncho.capture.host import Host
     from memhoncho.cli.capture import capture_answer
     from memhoncho.cli.status import status_answer
@@ -93,7 +93,7 @@ def relay_command(args: argparse.Namespace) -> int:
         # relay a request, so one conversation's hints coalesce however they were captured.
         capturing = Host(args.config_dir, args.data_dir, hints=False, init=False)
         warm = WarmStatus(Deployment.from_dirs(args.config_dir, args.data_dir))
-        server = relay_socket.RelaySocketServer(
+        server = relay_server.RelaySocketServer(
             str(host.deployment.config_dir),
             str(host.deployment.data_dir),
             {

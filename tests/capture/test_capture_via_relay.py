@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from memhoncho import dirs, ids
-from memhoncho.capture.relay_socket import FAULT_ENV, KILL_BEFORE_ANSWER, KILL_BEFORE_CAPTURE
+from memhoncho.capture.relay_server import FAULT_ENV, KILL_BEFORE_ANSWER, KILL_BEFORE_CAPTURE
 from memhoncho.deployment import initialise
 from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import Outbox

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from memhoncho import ids
-from memhoncho.capture import relay_socket
+from memhoncho.capture import relay_server, relay_socket
 from memhoncho.capture.relay import POLL_S
 from memhoncho.deployment import initialise
 from memhoncho.store import close_stores, open_store
 from memhoncho.testing.relay import RelayProcess
 from memhoncho.testing.runs import run_event
 
-ARMED = {relay_socket.FAULT_ENV: relay_socket.KILL_BEFORE_CAPTURE}
+ARMED = {relay_server.FAULT_ENV: relay_server.KILL_BEFORE_CAPTURE}
 LOOKS = 8  # looks of the relay it must outlive with its settings broken
 
 

@@ -42,6 +42,15 @@ def test_ci_runs_both_quick_start_commands_verbatim() -> None:
         assert as_ci_runs_it in ci_lines, f".ci/run does not run: {command}"
 
 
+def test_ci_runs_the_demo_from_a_plain_install_before_the_test_extras_touch_the_venv() -> None:
+    demo, tests = _quick_start_commands()
+    assert "[" not in demo and " -e " not in demo, "the demo installs as a user does"
+    text = CI_RUN.read_text(encoding="utf-8")
+    plain = text.index("scripts/plain-install")
+    first_demo = text.index(demo.replace("python3.11", '"$PYTHON"', 1))
+    assert plain < first_demo < text.index(tests.replace("python3.11", '"$PYTHON"', 1))
+
+
 def test_every_relative_link_of_the_readme_names_a_file_of_the_repository() -> None:
     targets = LINK.findall(README.read_text(encoding="utf-8"))
     relative = [t for t in targets if not re.match(r"[a-z]+:", t)]

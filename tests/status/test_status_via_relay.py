@@ -21,7 +21,7 @@ import pytest
 from memhoncho import dirs, ids
 from memhoncho.capture import relay_socket
 from memhoncho.capture.host import Host
-from memhoncho.capture.relay_socket import FAULT_ENV, KILL_BEFORE_ANSWER
+from memhoncho.capture.relay_server import FAULT_ENV, KILL_BEFORE_ANSWER
 from memhoncho.deployment import Deployment
 from memhoncho.status.warm import WarmStatus
 from memhoncho.testing.config import write_settings
