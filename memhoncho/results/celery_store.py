@@ -19,10 +19,20 @@ from celery.backends.base import KeyValueStoreBackend
 from memhoncho.store import open_store
 from memhoncho.store.postgres import PostgresStore
 
-#: the app setting that names the store's database (set by ``worker.app.create_app``)
-STORE_URL_SETTING = "memhoncho_store_url"
 STORE_TIMEOUT_SETTING = "memhoncho_store_timeout_s"
 DEFAULT_EXPIRES_S = 3600.0
+
+
+def _store_url(app: Any) -> str | None:
+    """The store's URL, from the deployment's settings: never in the app's conf, which
+    ``celery inspect conf`` and Flower show (its password with it)."""
+    from memhoncho.deployment import Deployment
+
+    conf = app.conf
+    deployment = Deployment.from_dirs(
+        conf.get("memhoncho_config_dir"), conf.get("memhoncho_data_dir")
+    )
+    return deployment.settings().store_url
 
 
 class StoreResultBackend(KeyValueStoreBackend):
@@ -30,7 +40,7 @@ class StoreResultBackend(KeyValueStoreBackend):
 
     def __init__(self, app: Any, url: str | None = None, **kwargs: Any) -> None:
         super().__init__(app=app, url=url, **kwargs)
-        store_url = app.conf.get(STORE_URL_SETTING)
+        store_url = _store_url(app)
         if not store_url:
             from celery.exceptions import ImproperlyConfigured
 

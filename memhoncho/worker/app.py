@@ -153,7 +153,6 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
         # in flight) instead of abandoning it half way; heartbeats find a dead link in seconds.
         worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_heartbeat=AMQP_HEARTBEAT_S,
-        memhoncho_store_url=current.store_url,
         memhoncho_store_timeout_s=current.store_timeout_s,
         memhoncho_config_dir=str(deployment.config_dir),
         memhoncho_data_dir=str(deployment.data_dir),
