@@ -21,6 +21,7 @@ from memhoncho import settings as settings_module
 from memhoncho.errors import ConfigError, MemhonchoError, MissingApiKey, NotInitialised
 from memhoncho.settings import Settings
 from memhoncho.store.layout import Layout
+from memhoncho.store.modes import file_mode, make_dirs, set_file_mode
 
 if TYPE_CHECKING:
     from memhoncho.honcho.adapter import HonchoTarget
@@ -175,14 +176,16 @@ def initialise(data_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], bool]:
     if found is not None:
         return found, False
     root = Path(data_dir)
-    root.mkdir(parents=True, exist_ok=True)
+    make_dirs(root)
     made = {
         "deployment_id": uuid.uuid4().hex,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "data_dir": str(root.absolute()),
     }
     temporary = root / f".{IDENTITY_FILE}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-    with open(temporary, "w", encoding="utf-8") as handle:
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode(root))
+    with open(descriptor, "w", encoding="utf-8") as handle:
+        set_file_mode(handle.fileno(), root)
         json.dump(made, handle)
         handle.flush()
         os.fsync(handle.fileno())

@@ -33,6 +33,7 @@ from memhoncho.errors import MemhonchoError
 from memhoncho.settings import Settings
 from memhoncho.store import hint_marks, peek
 from memhoncho.store.ledger import read_ledger
+from memhoncho.store.modes import make_dirs
 from memhoncho.store.relay_watch import HEARTBEAT_STALE_S as HEARTBEAT_STALE_S  # a relay gone
 from memhoncho.store.stranded import QUEUED_MAX_S
 from memhoncho.store.sweep_index import Stamp, outbox_stamps
@@ -286,7 +287,7 @@ def _log_failure(exc: Exception) -> None:
 def _touch(path: Path) -> None:
     """The heartbeat: a file's mtime. A failure is logged; the relay keeps relaying."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         path.touch()
     except OSError as exc:
         log.warning(

@@ -17,6 +17,7 @@ from memhoncho.capture.relay_socket import (
     listening,
     settings_digest,
 )
+from memhoncho.store.modes import make_dirs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -66,7 +67,7 @@ class RelaySocketServer:
         temporary = f"{self.path}.{os.getpid()}"
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            make_dirs(os.path.dirname(self.path))
             if os.path.lexists(temporary):
                 os.unlink(temporary)
             sock.bind(temporary)  # under a private name until it is 0600, then renamed

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from memhoncho.store.modes import open_file
+
 CLAIM_PREFIX = "memhoncho-once-"
 POLL_S = 0.1  # seconds between looks at the answer of an attempt another worker runs
 
@@ -37,7 +39,7 @@ def claim(backend: Any, task_id: str, ttl_s: float) -> bool:
         path = os.path.join(os.fsdecode(backend.path), key)
         for _ in range(2):
             try:
-                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                os.close(open_file(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
                 return True
             except FileExistsError:
                 try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memhoncho.errors import CorruptFile, StoreError
+from memhoncho.store.modes import make_dirs, open_file, set_file_mode
 
 if TYPE_CHECKING:  # pydantic stays off the light paths that write through this module
     from pydantic import BaseModel
@@ -60,9 +61,10 @@ def write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
 
 
 def _write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        set_file_mode(fd, path.parent)  # 0600, or the group's 0660 (store/modes.py)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             if durable:
@@ -111,9 +113,9 @@ def append_durably(path: Path, data: bytes) -> None:
 
 
 def _append(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     created = not path.exists()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         view = memoryview(data)
         while view:  # a write may be short (a signal, a full disk): finish the lines

@@ -25,6 +25,7 @@ from memhoncho.store.atomic import (
     write_json,
 )
 from memhoncho.store.layout import Layout, keys_in
+from memhoncho.store.modes import make_dirs, set_file_mode
 
 if TYPE_CHECKING:
     from memhoncho.store.base import Store
@@ -54,8 +55,9 @@ def create_fork(layout: Layout, key: str, record: ForkRecord) -> bool:
 
 
 def _create(path: Path, record: ForkRecord) -> bool:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    set_file_mode(fd, path.parent)  # 0600, or the group's 0660 (store/modes.py)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(record.model_dump_json().encode("utf-8"))

@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 
 from memhoncho.store.layout import Layout
+from memhoncho.store.modes import make_dirs, open_file
 
 #: seconds after which a waiting mark is presumed lost and a new hint is published; longer
 #: than a hint waits in a busy queue, short enough that a lost hint costs little
@@ -115,12 +116,12 @@ def _claim(layout: Layout, key: str, now: float) -> bool:
         pass  # no spare (a first hint), or another claim moved it first: create the mark
     for _ in range(2):
         try:
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            os.close(open_file(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
             return True
         except FileExistsError:
             return _renew_if_stale(path, now)
         except FileNotFoundError:  # the first mark in this data directory
-            marks_dir(layout).mkdir(parents=True, exist_ok=True)
+            make_dirs(marks_dir(layout))
         except OSError:
             return True
     return True
@@ -176,7 +177,7 @@ def _set_aside(layout: Layout, key: str) -> None:
             if os.path.isdir(os.path.dirname(spare)):
                 return  # no mark waits
             try:
-                os.makedirs(os.path.dirname(spare), exist_ok=True)
+                make_dirs(os.path.dirname(spare))
             except OSError:
                 break
         except OSError:
@@ -266,11 +267,11 @@ def request_relay(layout: Layout, key: str, conversation_id: str) -> None:
     path = requests_dir(layout) / key
     for _ in range(2):
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = open_file(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             return  # a request not yet taken: its hint is published after this line was written
         except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(path.parent)
             continue
         try:
             os.write(fd, conversation_id.encode("utf-8"))

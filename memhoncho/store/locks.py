@@ -24,6 +24,7 @@ from pathlib import Path
 
 from memhoncho.errors import LockBusy
 from memhoncho.store.atomic import refused_as_store_error
+from memhoncho.store.modes import make_dirs, open_file
 
 POLL_S = 0.005  # seconds between attempts while waiting for a lock
 
@@ -76,10 +77,10 @@ def file_lock(path: Path, *, timeout_s: float | None = None) -> Iterator[None]:
     _hook_fork()
     with refused_as_store_error(path):  # creating it can meet a full disk
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = open_file(path, os.O_RDWR | os.O_CREAT)
         except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            make_dirs(path.parent)
+            fd = open_file(path, os.O_RDWR | os.O_CREAT)
     taken = False
     try:
         if timeout_s is None:

@@ -31,6 +31,7 @@ from memhoncho.store.base import BeforeReplace
 from memhoncho.store.layout import Layout
 from memhoncho.store.lines import Parsed, encode_line, parse
 from memhoncho.store.locks import file_lock
+from memhoncho.store.modes import make_dirs, open_file, trusted_owner
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +94,9 @@ def _open_or_create(path: Path) -> tuple[int, bool]:
         return os.open(path, _APPEND_FLAGS), False
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     try:
-        return os.open(path, _APPEND_FLAGS | os.O_CREAT | os.O_EXCL, 0o600), True
+        return open_file(path, _APPEND_FLAGS | os.O_CREAT | os.O_EXCL), True
     except FileExistsError:
         return os.open(path, _APPEND_FLAGS), False
 
@@ -280,7 +281,11 @@ class Outbox:
     def _read_locked(self, key: str) -> Parsed:
         path = self.layout.outbox(key)
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as handle:
+                owner = os.fstat(handle.fileno()).st_uid
+                if not trusted_owner(owner, self.layout.root):
+                    return self._set_aside_foreign(key, path, owner)
+                data = handle.read()
         except FileNotFoundError:
             return Parsed()
         parsed = parse(data)
@@ -301,6 +306,22 @@ class Outbox:
             )
             parsed = Parsed(lines=parsed.lines)
         return parsed
+
+    def _set_aside_foreign(self, key: str, path: Path, owner: int) -> Parsed:
+        """An outbox file the deployment did not write (another user's: ``modes.trusted_owner``)
+        is never read, let alone delivered as the owner's turns: it moves, unread, to the
+        quarantine folder (``<key>.foreign-<time>.jsonl``) with a warning."""
+        make_dirs(self.layout.quarantine_dir)
+        aside = self.layout.quarantine_dir / f"{key}.foreign-{time.time_ns()}.jsonl"
+        with refused_as_store_error(path):
+            os.replace(path, aside)
+            fsync_dir(path.parent)
+        self._tails.pop(key, None)
+        log.warning(
+            "an outbox file another user wrote was set aside, unread",
+            extra={"action": "outbox_foreign", "conversation_key": key, "uid": owner},
+        )
+        return Parsed()
 
     def _quarantine(self, key: str, raws: Iterable[bytes], reason: str) -> None:
         entries = [

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memhoncho.store.layout import Layout
+from memhoncho.store.modes import make_dirs
 
 
 def parked_dir(layout: Layout) -> Path:
@@ -37,7 +38,7 @@ def park(layout: Layout, key: str, code: str, at: float) -> None:
     }
     temp = path.with_name(f".{key}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         temp.write_text(json.dumps(entry))
         os.replace(temp, path)
     except OSError:

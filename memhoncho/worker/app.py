@@ -25,6 +25,7 @@ from memhoncho import logs, results
 from memhoncho.deployment import Deployment, require_initialised
 from memhoncho.errors import ConfigError
 from memhoncho.settings import Settings
+from memhoncho.store.modes import make_dirs
 from memhoncho.worker import routing
 from memhoncho.worker.embedded_broker import TAKEN_FOLDER_OPTION
 from memhoncho.worker.embedded_broker import TRANSPORT as EMBEDDED_TRANSPORT
@@ -49,7 +50,7 @@ def embedded_broker(data_dir: Path) -> tuple[str, dict[str, Any]]:
     control_dir = data_dir / "broker" / "control"
     taken_dir = data_dir / "broker" / "taken"
     for folder in (queue_dir, control_dir, taken_dir):
-        folder.mkdir(parents=True, exist_ok=True)
+        make_dirs(folder)
     return "filesystem://", {
         "data_folder_in": str(queue_dir),
         "data_folder_out": str(queue_dir),
@@ -76,7 +77,7 @@ def result_backend(broker: str, data_dir: Path, store_url: str | None) -> str | 
 
         return StoreResultBackend
     folder = data_dir / "broker" / "results"
-    folder.mkdir(parents=True, exist_ok=True)
+    make_dirs(folder)
     return f"file://{folder}"
 
 
@@ -115,7 +116,7 @@ def create_app(deployment: Deployment | None = None, *, role: str = "worker") ->
     else:
         broker, transport_options = embedded_broker(deployment.data_dir)
         results = deployment.data_dir / "broker" / "results"
-        results.mkdir(parents=True, exist_ok=True)
+        make_dirs(results)
         backend = f"file://{results}"
     celery = Celery("memhoncho", broker=broker, backend=backend, include=TASK_MODULES)
     if not current.broker_url:

@@ -37,6 +37,7 @@ from kombu.utils.json import dumps, loads
 
 from memhoncho.errors import StoreError
 from memhoncho.store import atomic
+from memhoncho.store.modes import make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class Channel(filesystem.Channel):
         file = self._exchange_file(exchange)
         binding = exchange_queue_t(routing_key or "", pattern or "", queue or "")
         try:
-            self.control_folder.mkdir(exist_ok=True)
+            make_dirs(self.control_folder)
             with open(f"{file}.lock", "ab") as guard:
                 lock(guard, LOCK_EX)
                 try:

@@ -37,6 +37,7 @@ from celery import bootsteps
 
 from memhoncho.deployment import Deployment
 from memhoncho.store import locks, stranded
+from memhoncho.store.modes import make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def hold_scanner_lock(deployment: Deployment) -> bool:
         return True
     path = deployment.layout.root / "state" / "watchdog.lock"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError:
         return False

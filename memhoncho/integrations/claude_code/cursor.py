@@ -25,6 +25,7 @@ from memhoncho import deployment
 from memhoncho.imports.claude_code import ReadState
 from memhoncho.store import atomic
 from memhoncho.store.locks import file_lock
+from memhoncho.store.modes import make_dirs
 
 FOLDER = ("state", "claude-code")
 MAX_ERRORS = 20  # the newest hook errors kept for the status view
@@ -54,7 +55,7 @@ def _name(value: str) -> str:
 def session_lock(data_dir: str | Path, session_id: str) -> Iterator[None]:
     """One hook at a time per session (``LockBusy`` past ``LOCK_TIMEOUT_S``)."""
     path = folder(data_dir) / "locks" / f"{_name(session_id)}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     with file_lock(path, timeout_s=LOCK_TIMEOUT_S):
         yield
 
@@ -101,7 +102,7 @@ def remember_session(data_dir: str | Path, owner: str | None, session_id: str) -
 
 
 def _replace(path: Path, value: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     temporary.write_text(json.dumps(value, sort_keys=True), encoding="utf-8")
     os.replace(temporary, path)
@@ -133,7 +134,7 @@ def record_error(data_dir: str | Path, event: str, code: str, message: str) -> N
     try:
         if deployment.identity(data_dir) is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         with file_lock(path.with_suffix(".lock"), timeout_s=LOCK_TIMEOUT_S):
             errors = last_errors(data_dir)
             errors.append({"at": time.time(), "event": event, "code": code, "message": message})
