@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memhoncho import ids
-from memhoncho.capture import redaction
 from memhoncho.capture.record import build_record, is_selected, validate_run
 from memhoncho.errors import InvalidInput, MemhonchoError
 from memhoncho.models import CaptureResult, CaptureStatus, HintOutcome, Record
+from memhoncho.privacy import redaction
 from memhoncho.store import hint_marks, open_store
 from memhoncho.store.redactions import add_redactions
 

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from memhoncho import deployment as deployment_module
 from memhoncho import ids
-from memhoncho.capture import hint_word, redaction
+from memhoncho.capture import hint_word
 from memhoncho.capture.hint_sender import HintSender
 from memhoncho.capture.hint_threads import Hint, Pending, settled
 from memhoncho.capture.record import build_record, is_selected, validate_run
 from memhoncho.deployment import Deployment
 from memhoncho.models import CaptureResult, CaptureStatus, HintOutcome, RunEvent
+from memhoncho.privacy import redaction
 from memhoncho.store import open_store
 from memhoncho.store.redactions import add_redactions
 from memhoncho.worker import routing

@@ -21,7 +21,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from memhoncho import ids
-from memhoncho.capture.redaction import Redactor
 from memhoncho.errors import InvalidEvent
 from memhoncho.models import (
     AGENT,
@@ -33,6 +32,7 @@ from memhoncho.models import (
     RunEvent,
     SelectionChange,
 )
+from memhoncho.privacy.redaction import Redactor
 
 SELECTION_NAME = "memhoncho"  # the name a host's selection lists to include memhoncho
 ANSWER_JOINER = "\n\n"  # between the answer's text blocks

@@ -14,9 +14,17 @@ from typing import Any
 
 from memhoncho import ids
 from memhoncho.deployment import Deployment
-from memhoncho.errors import CorruptFile, HonchoRejected, InvalidId, InvalidToolCall, StoreError
+from memhoncho.errors import (
+    CorruptFile,
+    HonchoRejected,
+    InvalidId,
+    InvalidToolCall,
+    MemhonchoError,
+    StoreError,
+)
 from memhoncho.honcho import adapter
 from memhoncho.models import OUTBOX_ID_KEY
+from memhoncho.privacy import redaction
 from memhoncho.recall.arguments import (
     ChatArguments,
     RememberArguments,
@@ -24,6 +32,7 @@ from memhoncho.recall.arguments import (
     parse_arguments,
 )
 from memhoncho.settings import Settings
+from memhoncho.store.redactions import add_redactions
 
 SEARCH = "honcho_search"
 CHAT = "honcho_chat"
@@ -39,7 +48,8 @@ def honcho_search(deployment: Deployment, owner: str | None, arguments: Any) -> 
     user = ids.peer_id(owner)
     client = adapter.read_client(deployment.honcho_target(), timeout_s=current.tool_timeout_s)
     try:
-        found = adapter.search_user_messages(client, user, args.query, limit=current.search_limit)
+        query = _redacted(deployment, current, args.query)
+        found = adapter.search_user_messages(client, user, query, limit=current.search_limit)
     except HonchoRejected as exc:
         if exc.status != 404:
             raise
@@ -80,7 +90,7 @@ def honcho_chat(deployment: Deployment, owner: str | None, arguments: Any) -> di
         client,
         current.agent_peer_id,
         ids.peer_id(owner),
-        args.query,
+        _redacted(deployment, current, args.query),
         reasoning_level=args.reasoning_level,
         timeout=current.chat_timeout_s,
     )
@@ -102,8 +112,9 @@ def honcho_remember(deployment: Deployment, owner: str | None, arguments: Any) -
                 "conversation_id is not one of this user's conversations in memory yet, "
                 "so this was remembered about the user in general"
             )
+    content = _redacted(deployment, current, args.content)
     created = adapter.create_conclusion(
-        client, current.agent_peer_id, user, args.content, session_id=session_id
+        client, current.agent_peer_id, user, content, session_id=session_id
     )
     result: dict[str, Any] = {
         "remembered": True,
@@ -114,6 +125,19 @@ def honcho_remember(deployment: Deployment, owner: str | None, arguments: Any) -
     if note is not None:
         result["note"] = note
     return result
+
+
+def _redacted(deployment: Deployment, current: Settings, text: str) -> str:
+    """``text`` with its secrets replaced (``privacy/redaction.py``): a tool's query or
+    conclusion reaches Honcho as a captured turn does, so it is redacted the same way, and
+    only the number of replacements is kept (the status view's ``redactions``)."""
+    clean, found = redaction.redactor(current.redact_patterns).redact(text)
+    if found:
+        try:
+            add_redactions(deployment.layout, found)
+        except MemhonchoError:
+            pass  # a full disk: the text is redacted all the same
+    return clean
 
 
 def _owned_session(

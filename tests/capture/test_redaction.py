@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from memhoncho import Host, ids
-from memhoncho.capture import redaction
 from memhoncho.delivery.engine import deliver_conversation
 from memhoncho.deployment import Deployment
 from memhoncho.errors import ConfigError
+from memhoncho.privacy import redaction
 from memhoncho.settings import invalid_keys
 from memhoncho.status.render import prometheus, table
 from memhoncho.status.view import status_view
@@ -37,6 +37,20 @@ PLANTED = {
     "-----END OPENSSH PRIVATE KEY-----",
 }
 BEARER_TOKEN = "tok_" + "9f8e7d6c5b4a" * 3
+#: the shapes the attacker's probe found slipping past (issue 44): text -> what must remain
+MISSED_SHAPES = {
+    '{"AccessKeyId": "x", "SecretAccessKey": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}': (
+        '{"AccessKeyId": "x", "SecretAccessKey": "[REDACTED]"}'
+    ),
+    "store_url = postgresql://memhoncho:hunter2-pw@db:5432/memhoncho": (
+        "store_url = postgresql://memhoncho:[REDACTED]@db:5432/memhoncho"
+    ),
+    "stripe: sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc": "stripe: [REDACTED]",
+    "rk_test_" + "4eC39HqLyjWDarjtT1zdp7dc is restricted": "[REDACTED] is restricted",
+    "login with password=Tr0ub4dor&3 now": "login with password=[REDACTED]&3 now",
+    'config: {"password": "correct horse"}': 'config: {"password": "[REDACTED] horse"}',
+    "PGPASSWORD: s3cr3t-value": "PGPASSWORD: [REDACTED]",
+}
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 
 
@@ -55,9 +69,16 @@ def test_a_bearer_token_and_an_aws_secret_lose_the_secret_but_keep_their_label()
     assert redacted == "Authorization: Bearer [REDACTED]\naws_secret_access_key = [REDACTED]"
 
 
+@pytest.mark.parametrize("text", sorted(MISSED_SHAPES))
+def test_the_shapes_that_slipped_past_are_redacted(text: str) -> None:
+    assert redaction.redactor().redact(text)[0] == MISSED_SHAPES[text]
+
+
 @pytest.mark.parametrize(
     "text",
     [
+        "see http://example.com:8080/path and write to me@example.org",
+        "the password is strong; my pwd is short",
         "I asked about sk-learn and the ASIA trip; the bearer of bad news left.",
         "eyJ is how base64 of a JSON object starts; AIza is a prefix, nothing more.",
         "-----BEGIN PUBLIC KEY----- is not private",

@@ -43,10 +43,22 @@ DEFAULT_PATTERNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("AKIA", "ASIA", "ABIA", "ACCA"),
         r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b",
     ),
-    (
+    (  # aws_secret_access_key = ... (the CLI's files), "SecretAccessKey": "..." (its JSON)
         "aws-secret-access-key",
         ("secret",),
-        r"(?i)aws_?secret_?access_?key[\"']?\s*[:=]\s*[\"']?(?P<secret>[A-Za-z0-9/+]{40})",
+        r"(?i)(?:aws_?)?secret_?access_?key[\"']?\s*[:=]\s*[\"']?(?P<secret>[A-Za-z0-9/+]{40})",
+    ),
+    # Stripe's live and test keys, secret and restricted (sk_live_..., rk_test_...).
+    ("stripe-key", ("k_live_", "k_test_"), r"\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"),
+    (  # a password in a URL: postgresql://user:PASSWORD@host, https://user:PASSWORD@host
+        "url-password",
+        ("://",),
+        r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://[^\s:/@]{1,128}:(?P<secret>[^\s@/]{1,256})@",
+    ),
+    (  # password=..., passwd: ..., "password": "..." (the value, its quotes kept)
+        "password",
+        ("passw", "pwd"),
+        r"(?i)\b[a-z_]{0,20}(?:password|passwd|pwd)[\"']?\s*[:=]\s*[\"']?(?P<secret>[^\s\"',;&]{4,})",
     ),
     ("github-token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), r"\bgh[pousr]_[A-Za-z0-9]{36,}"),
     ("github-pat", ("github_pat_",), r"\bgithub_pat_[A-Za-z0-9_]{22,}"),
