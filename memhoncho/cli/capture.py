@@ -78,6 +78,8 @@ def capture_answer(capture: Callable[[Any], Any], raw: bytes) -> relay_socket.An
             event = json.loads(raw)
         except ValueError:  # the position only: the text may be someone's message
             raise InvalidEvent("the run is not valid JSON") from None
+        except RecursionError:  # a run nests a few levels; thousands is hostile
+            raise InvalidEvent("the run is nested too deeply to be a run") from None
         result = capture(event)
     except MemhonchoError as exc:
         return refusal(exc)

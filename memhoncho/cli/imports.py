@@ -145,5 +145,8 @@ def _print(summary: Summary) -> None:
         print(f"  {n} {what}")
     for broken in summary.broken:
         print(f"  broken at {broken['where']}: {broken['reason']}")
+    unnamed = summary.totals.get("broken", 0) - len(summary.broken)
+    if unnamed > 0:
+        print(f"  ... and {unnamed} more broken parts (the first {len(summary.broken)} named)")
     if summary.broken:
         print("  run the same import again once fixed: what is stored stays stored once")

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from memhoncho.imports import bounded
+
 RUN_PREFIX = "cc-"  # a run id is this and the prompt line's uuid
 CONVERSATION_PREFIX = "claude-code-"  # a conversation id is this and the session id
 #: what stands in a prompt for a part that is not text, by the part's kind
@@ -210,7 +212,7 @@ def read_turns(
                 parent, fork_entry = turn.session_id, 2 * turn.ordinal + 1
             turns.append(turn)
 
-        for line in _whole_lines(handle):
+        for line in bounded.whole_lines(handle, READ_CHUNK):
             start, position = position, position + len(line)
             record = _record(line)
             if record is None:
@@ -240,21 +242,12 @@ def read_turns(
         return turns, new_state
 
 
-def _whole_lines(handle: Any) -> Any:
-    """The file's lines from the handle's position, each ending in a newline; a last line
-    still being written (no newline yet) is not yielded."""
-    rest = b""
-    while chunk := handle.read(READ_CHUNK):
-        lines = (rest + chunk).split(b"\n")
-        rest = lines.pop()
-        for line in lines:
-            yield line + b"\n"
-
-
-def _record(line: bytes) -> dict[str, Any] | None:
+def _record(line: bytes | int) -> dict[str, Any] | None:
+    if not isinstance(line, bytes):
+        return None  # a line past the bound: a torn or hostile one, never Claude Code's
     try:
         record = json.loads(line)
-    except ValueError:  # a torn or foreign line: never a reason to stop reading
+    except (ValueError, RecursionError):  # a torn or foreign line: never a reason to stop
         return None
     return record if isinstance(record, dict) else None
 

@@ -39,6 +39,11 @@ class Options:
     dry_run: bool = False
 
 
+#: broken parts named in a summary (a hostile file of a million broken lines is counted, and
+#: its first ones named, in bounded memory)
+MAX_BROKEN_LISTED = 100
+
+
 @dataclass
 class Summary:
     """What an import did: totals, each conversation's counts, and what it could not read."""
@@ -60,7 +65,7 @@ class Summary:
             "format": self.format,
             "conversations": len(self.conversations),
             "totals": dict(self.totals),
-            "broken": len(self.broken),
+            "broken": self.totals.get("broken", 0),
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -117,7 +122,8 @@ def run_import(
             break
         read += 1
         if isinstance(item, source.Broken):
-            summary.broken.append({"where": item.where, "reason": item.reason})
+            if len(summary.broken) < MAX_BROKEN_LISTED:  # counted all, named the first ones
+                summary.broken.append({"where": item.where, "reason": item.reason})
             summary.count("broken")
             continue
         summary.conversations.append(_conversation(host, item, options, summary, stored))

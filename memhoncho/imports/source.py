@@ -4,8 +4,9 @@ A folder is Claude Code's projects folder; a zip holds ``conversations.json`` (C
 Claude.ai's exports both do), read up to the cut when the zip was cut short (``cut_zip``); a
 JSON array is ChatGPT's or Claude.ai's ``conversations.json``, told apart by its first
 conversation (``mapping`` or ``chat_messages``); lines of JSON objects are the generic JSONL.
-JSON arrays are read with ijson, one conversation at a time, so a 1 GB export never sits in
-memory. A conversation that cannot be read is yielded as ``Broken`` (where and why) and the
+JSON arrays are split into their conversations within bounds (``bounded``: each at most 32 MB
+and 64 deep, read on its own), so a 1 GB export never sits in memory and a hostile part costs
+that part. A conversation that cannot be read is yielded as ``Broken`` (where and why) and the
 rest go on; an export that ends early stops with a ``Broken`` saying where. How far the
 reading is (``Extent``: bytes read of the export's size) comes from the open file's
 own position, so the progress bar costs no second read.
@@ -23,13 +24,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from memhoncho.errors import ImportFormat, ImportUnreadable
-from memhoncho.imports import chatgpt, claude_ai, claude_code_folder, cut_zip, jsonl
+from memhoncho.imports import bounded, chatgpt, claude_ai, claude_code_folder, cut_zip, jsonl
 from memhoncho.imports.extent import Extent
 from memhoncho.imports.model import Conversation
 
 FORMATS = (chatgpt.FORMAT, claude_code_folder.FORMAT, claude_ai.FORMAT, jsonl.FORMAT)
 CONVERSATIONS_JSON = "conversations.json"
 PEEK_BYTES = 4096  # read to tell a JSON array from JSON lines
+MAX_ZIP_RATIO = 100  # an export's JSON expands about 10 times from its zip; a bomb, 1,000
+BOMB_FLOOR_BYTES = 64 * 1024 * 1024  # a small member is read whatever its ratio
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ def _opened(path: Path, extent: Extent | None = None) -> Iterator[IO[bytes]]:
                 if not names:
                     raise ImportFormat(f"{path} holds no {CONVERSATIONS_JSON}", path=str(path))
                 name = min(names, key=len)
+                _refuse_bomb(path, archive.getinfo(name))
                 with archive.open(name) as member:
                     extent.total, extent.tell = archive.getinfo(name).file_size, member.tell
                     yield member
@@ -112,6 +116,19 @@ def _opened(path: Path, extent: Extent | None = None) -> Iterator[IO[bytes]]:
                     yield handle
     except (OSError, zipfile.BadZipFile, EOFError) as exc:
         raise ImportUnreadable(f"{path} cannot be read: {type(exc).__name__}") from None
+
+
+def _refuse_bomb(path: Path, info: zipfile.ZipInfo) -> None:
+    """A member that expands past ``MAX_ZIP_RATIO`` times its compressed size (and past
+    ``BOMB_FLOOR_BYTES``) is refused before it is read: JSON an export holds compresses about
+    ten times; a zip bomb (one string of gigabytes) a thousand."""
+    ratio = info.file_size / max(1, info.compress_size)
+    if info.file_size > BOMB_FLOOR_BYTES and ratio > MAX_ZIP_RATIO:
+        raise ImportUnreadable(
+            f"{path}: {info.filename} expands {ratio:.0f} times (to {info.file_size} bytes);"
+            f" an export expands at most {MAX_ZIP_RATIO} times: refused as a zip bomb",
+            path=str(path),
+        )
 
 
 def _cut_zip_member(path: Path, handle: IO[bytes]) -> IO[bytes]:
@@ -131,41 +148,58 @@ def _is_conversations_json(name: str) -> bool:
 
 
 def _first_item(path: Path) -> Any:
-    import ijson  # the streaming parser loads with an import only
-
     with _opened(path) as handle:
         try:
-            return next(ijson.items(handle, "item"), None)
-        except ijson.JSONError:
+            for part in bounded.elements(handle):
+                return _loads(part) if isinstance(part, bytes) else None
+        except (bounded.Truncated, ValueError):
             raise ImportUnreadable(f"{path} is not valid JSON", path=str(path)) from None
+    return None
 
 
 def _array(
     path: Path, reader: Callable[[Any, str], Conversation], extent: Extent
 ) -> Iterator[Item]:
-    import ijson
-
+    """The array's conversations, each read on its own within ``bounded``'s limits."""
     index = -1
     with _opened(path, extent) as handle:
         try:
-            for index, data in enumerate(ijson.items(handle, "item", use_float=True)):
-                yield _one(reader, data, f"conversation {index}")
-        except (ijson.JSONError, zipfile.BadZipFile, EOFError, OSError) as exc:
+            for index, part in enumerate(bounded.elements(handle)):
+                yield _parsed(reader, part, f"conversation {index}")
+        except (bounded.Truncated, zipfile.BadZipFile, EOFError, OSError) as exc:
             where = f"after conversation {index}" if index >= 0 else "before any conversation"
             yield Broken(where, f"the export ends or breaks here ({type(exc).__name__})")
 
 
 def _lines(path: Path, extent: Extent) -> Iterator[Item]:
     with _opened(path, extent) as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
+        for number, line in enumerate(bounded.lines(handle), start=1):
+            if isinstance(line, bytes) and not line.strip():
                 continue
-            try:
-                data = json.loads(line)
-            except ValueError:  # the position only: the line is someone's words
-                yield Broken(f"line {number}", "not valid JSON")
-                continue
-            yield _one(jsonl.conversation, data, f"line {number}")
+            yield _parsed(jsonl.conversation, line, f"line {number}")
+
+
+def _parsed(
+    reader: Callable[[Any, str], Conversation], part: bytes | bounded.Refused, where: str
+) -> Item:
+    """One part: refused past a bound, broken when it is not JSON, else read."""
+    if isinstance(part, bounded.Refused):
+        return Broken(where, part.reason)
+    try:
+        data = _loads(part)
+    except ValueError as exc:  # the position only: the part is someone's words
+        return Broken(where, str(exc))
+    return _one(reader, data, where)
+
+
+def _loads(part: bytes) -> Any:
+    """The JSON of one part (ValueError naming why, never what)."""
+    try:
+        return json.loads(part)
+    except RecursionError:  # a JSONL line nested past the parser's own depth
+        raise ValueError(f"nested deeper than {bounded.MAX_DEPTH}") from None
+    except ValueError:
+        raise ValueError("not valid JSON") from None
 
 
 def _one(reader: Callable[[Any, str], Conversation], data: Any, where: str) -> Item:

@@ -191,9 +191,9 @@ def _zipped(tmp_path: Path, conversations: int) -> Path:
 def test_the_export_is_measured_in_bytes_read_as_it_is_read_once(tmp_path: Path) -> None:
     """The bar's percentage and ETA: a file by its position, a zip by its conversations.json's
     uncompressed size, a folder by whole session files; never a second read."""
-    zipped = _zipped(tmp_path, 300)  # past ijson's 64 KiB reads: seen moving
+    zipped = _zipped(tmp_path, 600)  # past the 1 MiB reads (imports/bounded.py): seen moving
     member = zipfile.ZipFile(zipped).getinfo("conversations.json").file_size
-    jsonl = lines(tmp_path, count=50)
+    jsonl = lines(tmp_path, count=3000)  # past one 1 MiB read too
     projects = tmp_path / "projects" / "-home-ana"
     projects.mkdir(parents=True)
     (projects / "s1.jsonl").write_text('{"type": "summary"}\n')
