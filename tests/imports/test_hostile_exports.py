@@ -66,9 +66,7 @@ def test_a_deeply_nested_conversation_is_skipped_and_the_next_one_imported(
     export.write_bytes(b"[" + b"[" * depth + b"]" * depth + b"," + _good_chatgpt() + b"]")
     code, summary, peak = _import(tmp_path, export, "--format", "chatgpt")
     assert code == 1, summary  # a finding: one part broken, said in the summary
-    assert summary["broken"] == [
-        {"where": "conversation 0", "reason": bounded.too_deep().reason}
-    ]
+    assert summary["broken"] == [{"where": "conversation 0", "reason": bounded.too_deep().reason}]
     assert summary["totals"]["would-capture"] == 2
     assert peak < MEMORY_BOUND_KB, f"{peak} KB"
 
@@ -77,12 +75,14 @@ def test_a_zip_holding_one_string_of_128_mb_is_refused_as_a_bomb_before_it_is_re
     tmp_path: Path,
 ) -> None:
     export = tmp_path / "export.zip"
-    with zipfile.ZipFile(export, "w", zipfile.ZIP_DEFLATED) as archive:
-        with archive.open("conversations.json", "w") as member:
-            member.write(b'[{"mapping": {}, "id": "x", "title": "')
-            for _ in range(128):
-                member.write(b"a" * (1024 * 1024))
-            member.write(b'"}]')
+    with (
+        zipfile.ZipFile(export, "w", zipfile.ZIP_DEFLATED) as archive,
+        archive.open("conversations.json", "w") as member,
+    ):
+        member.write(b'[{"mapping": {}, "id": "x", "title": "')
+        for _ in range(128):
+            member.write(b"a" * (1024 * 1024))
+        member.write(b'"}]')
     assert export.stat().st_size < 1024 * 1024
     code, summary, peak = _import(tmp_path, export)
     assert code == 2 and "zip bomb" in summary["stderr"]
@@ -96,16 +96,16 @@ def test_a_conversation_past_the_bound_in_a_real_sized_zip_is_skipped_and_the_re
     memory, and the conversations around it are read."""
     export = tmp_path / "export.zip"
     noise = os.urandom(24 * 1024 * 1024).hex().encode()  # 48 MB that compresses about 2 times
-    with zipfile.ZipFile(export, "w", zipfile.ZIP_DEFLATED) as archive:
-        with archive.open("conversations.json", "w") as member:
-            member.write(b"[" + _good_chatgpt() + b',{"id": "big", "mapping": {}, "t": "')
-            member.write(noise)
-            member.write(b'"},' + json.dumps(chatgpt_conversation(2, 1)).encode() + b"]")
+    with (
+        zipfile.ZipFile(export, "w", zipfile.ZIP_DEFLATED) as archive,
+        archive.open("conversations.json", "w") as member,
+    ):
+        member.write(b"[" + _good_chatgpt() + b',{"id": "big", "mapping": {}, "t": "')
+        member.write(noise)
+        member.write(b'"},' + json.dumps(chatgpt_conversation(2, 1)).encode() + b"]")
     code, summary, peak = _import(tmp_path, export)
     assert code == 1, summary
-    assert summary["broken"] == [
-        {"where": "conversation 1", "reason": bounded.too_large().reason}
-    ]
+    assert summary["broken"] == [{"where": "conversation 1", "reason": bounded.too_large().reason}]
     assert summary["totals"]["would-capture"] == 3
     assert peak < MEMORY_BOUND_KB, f"{peak} KB"
 
