@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         initialise(data_dir)  # as `memhoncho init`: the server refuses a new folder
         tokens = Path(tmp) / "tokens"
         tokens.write_text("".join(f"{t} {o}\n" for o, t in OWNERS.items()), encoding="utf-8")
+        tokens.chmod(0o600)  # the server refuses a tokens file others can read
         with HonchoStandIn(api_key=KEY, llm=True, port=free_port()) as standin:
             point_at_standin(config_dir, standin, "bench-busy", KEY, chat_timeout_s=HANG_S)
             standin.faults.add(

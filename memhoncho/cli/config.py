@@ -7,6 +7,7 @@ secrets masked, after the same strict check every command makes.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -24,6 +25,11 @@ def register(sub: Any) -> None:
         "init", help="initialise the data directory (its identity); harmless when it has one"
     )
     init.add_argument("--json", action="store_true", help="the identity as one JSON object")
+    init.add_argument(
+        "--api-key-stdin",
+        action="store_true",
+        help="read the Honcho API key from stdin into secrets.json (mode 0600, atomically)",
+    )
     init.set_defaults(handler=init_command)
 
     config = sub.add_parser("config", help="the effective settings")
@@ -40,8 +46,11 @@ def init_command(args: argparse.Namespace) -> int:
     from memhoncho.deployment import Deployment
 
     place = Deployment.from_dirs(args.config_dir, args.data_dir)
+    key_written = _write_key_from_stdin(place.config_dir) if args.api_key_stdin else None
     found, written = deployment.initialise(place.data_dir)
     answer = {**found, "initialised_now": written}
+    if key_written is not None:
+        answer["api_key_file"] = str(key_written)
     if args.json:
         print_json(answer)
     elif written:
@@ -49,6 +58,33 @@ def init_command(args: argparse.Namespace) -> int:
     else:
         print(f"{place.data_dir} is already initialised (deployment {found['deployment_id']})")
     return 0
+
+
+def _write_key_from_stdin(config_dir: Any) -> Any:
+    """The key on stdin into ``secrets.json``: 0600 in a 0700 folder (``store/modes.py``),
+    written atomically, the file's other sections kept. ConfigError for no key."""
+    import sys
+
+    from memhoncho import settings as settings_module
+    from memhoncho.errors import ConfigError
+    from memhoncho.store.atomic import write_bytes
+    from memhoncho.store.modes import make_dirs
+
+    key = sys.stdin.readline(4096).strip()
+    if not key:
+        raise ConfigError("--api-key-stdin: no key on stdin")
+    path = config_dir / settings_module.SECRETS_FILE
+    try:
+        current = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        current = {}
+    if not isinstance(current, dict):
+        current = {}
+    current[settings_module.API_KEY_SECTION] = key
+    make_dirs(config_dir)
+    write_bytes(path, json.dumps(current).encode("utf-8"))
+    os.chmod(path, 0o600)
+    return path
 
 
 def mask_url(url: str) -> str:

@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from memhoncho import results
@@ -17,6 +18,7 @@ from memhoncho import settings as settings_module
 from memhoncho.cli.exits import count
 from memhoncho.deployment import Deployment, require_initialised, serves_another
 from memhoncho.errors import ConfigError, MemhonchoError
+from memhoncho.store.modes import exposed
 from memhoncho.worker import routing
 
 INSPECT_TIMEOUT_S = 2.0  # seconds workers have to answer ``inspect active_queues``
@@ -76,7 +78,28 @@ def check_key(deployment: Deployment) -> Check:
             f'write {{"api-key": "..."}} to {deployment.config_dir / settings_module.SECRETS_FILE} '
             "or set MEMHONCHO_API_KEY",
         )
+    for path in _key_files(deployment):
+        why = exposed(path)
+        if why is not None:
+            return Check(
+                "api_key",
+                FAIL,
+                f"{path} holds the Honcho API key and {why}",
+                f"chmod 600 {path}",
+            )
     return Check("api_key", PASS, "a Honcho API key is configured")
+
+
+def _key_files(deployment: Deployment) -> list[Path]:
+    """The files a key is read from: the secrets file, and ``api_key_file`` when set."""
+    found = [deployment.config_dir / settings_module.SECRETS_FILE]
+    try:
+        named = deployment.settings().api_key_file
+    except ConfigError:
+        named = None
+    if named:
+        found.append(Path(named))
+    return found
 
 
 def check_data_dir(deployment: Deployment) -> Check:

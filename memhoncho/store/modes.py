@@ -126,3 +126,15 @@ def _group_members(gid: int) -> set[int]:
 
 def trusted_owner(uid: int, root: str | os.PathLike[str]) -> bool:
     return uid in trusted_uids(root)
+
+
+def exposed(path: str | os.PathLike[str]) -> str | None:
+    """Why the secret file at ``path`` can be read by users other than its owner (its mode),
+    or None: readable by others, or by its group outside the shared-group layout."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return None
+    if mode & 0o004 or (mode & 0o040 and not shared(os.path.dirname(os.fspath(path)))):
+        return f"mode {mode:04o}: other users can read it"
+    return None

@@ -118,6 +118,7 @@ def _a_file_for_a_data_dir(root: Path) -> None:
 
 def _mcp_tokens(root: Path) -> None:
     (root / "tokens").write_text("a-token-long-enough-to-serve ana@example.com\n")
+    (root / "tokens").chmod(0o600)
 
 
 def _broken_claude_settings(root: Path) -> None:

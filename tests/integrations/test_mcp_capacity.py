@@ -92,6 +92,7 @@ def test_one_owners_hanging_recall_never_holds_another_owners_saves(
 ) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{ANA_TOKEN} {ANA}\n{BO_TOKEN} {BO}\n", encoding="utf-8")
+    tokens.chmod(0o600)
 
     async def scenario(url: str) -> tuple[list[Any], list[Any], list[Any], Any]:
         flooded: list[dict[str, Any]] = []

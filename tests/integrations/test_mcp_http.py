@@ -54,6 +54,7 @@ INITIALIZE = {
 def tokens_file(tmp_path: Path, lines: str) -> Path:
     path = tmp_path / "mcp-tokens"
     path.write_text(lines, encoding="utf-8")
+    path.chmod(0o600)  # the server refuses a tokens file others can read
     return path
 
 
@@ -179,6 +180,16 @@ def test_the_http_server_needs_tokens_that_name_owners(tmp_path: Path) -> None:
     assert one.owner_of(BO_TOKEN) is None
     with pytest.raises(ConfigError, match="--owner: owner contains a control"):
         auth.OwnerTokens(token_file=str(tokens_file(tmp_path, f"{ANA_TOKEN}\n")), owner="a\x07")
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o604, 0o640])
+def test_a_tokens_file_other_users_can_read_is_refused_at_start(tmp_path: Path, mode: int) -> None:
+    path = tokens_file(tmp_path, f"{ANA_TOKEN} {ANA}\n")
+    path.chmod(mode)
+    with pytest.raises(ConfigError, match="other users can read it: chmod 600"):
+        auth.OwnerTokens(tokens_file=str(path))
+    with pytest.raises(ConfigError, match="other users can read it"):
+        auth.OwnerTokens(token_file=str(path), owner=ANA)
 
 
 def test_a_tokens_file_that_gains_a_bad_owner_refuses_every_token(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from memhoncho import settings as settings_module
 from memhoncho.errors import ConfigError, InvalidId, MemhonchoError
 from memhoncho.integrations.mcp import scope
 from memhoncho.settings.files import RACY_NS
+from memhoncho.store.modes import exposed
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,9 @@ class OwnerTokens:
     def check(self) -> None:
         """ConfigError, at start, when the file is missing, unreadable or malformed."""
         if self.tokens_file is not None:
+            why = exposed(self.tokens_file)
+            if why is not None:
+                raise ConfigError(f"{self.tokens_file} holds the tokens and {why}: chmod 600 it")
             try:
                 text = self.tokens_file.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
@@ -106,6 +110,9 @@ class OwnerTokens:
             parse_tokens(text, str(self.tokens_file))
             return
         assert self.token_file is not None and self.owner is not None
+        why = exposed(self.token_file)
+        if why is not None:
+            raise ConfigError(f"{self.token_file} holds the token and {why}: chmod 600 it")
         token = settings_module.secret_file(self.token_file)
         if token is None:
             raise ConfigError(f"{self.token_file}: no token (missing, unreadable or empty)")
