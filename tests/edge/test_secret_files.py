@@ -22,7 +22,10 @@ KEY = "sk-at-rest-0123456789abcdef"
 
 def _init(tmp_path: Path, umask: str, stdin: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMHONCHO_")}
-    code = "import os, sys; os.umask(int(sys.argv.pop(1), 8)); from memhoncho.cli import main; sys.exit(main())"
+    code = (
+        "import os, sys; os.umask(int(sys.argv.pop(1), 8));"
+        " from memhoncho.cli import main; sys.exit(main())"
+    )
     return subprocess.run(
         [sys.executable, "-c", code, umask, "--config-dir", str(tmp_path / "config")]
         + ["--data-dir", str(tmp_path / "data"), "init", "--api-key-stdin", "--json"],
