@@ -2,7 +2,8 @@
 
 ``GET /v1/ext/memory-honcho/status`` answers the view as JSON and ``GET /metrics`` as Prometheus
 text. A request without the right ``Authorization: Bearer <token>`` gets a bare 401 and nothing
-else (compared in constant time). The token is ``<config_dir>/secrets.json`` section
+else (compared in constant time, against the token read at that request: a rotation applies
+at once). The token is ``<config_dir>/secrets.json`` section
 ``status-token``, else the ``status_token`` setting (``MEMHONCHO_STATUS_TOKEN``); with none the
 server refuses to start (``ERR_CONFIG``): an operator chooses the token, memhoncho never
 invents one.
@@ -31,6 +32,7 @@ TOKEN_SECTION = "status-token"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+REQUEST_TIMEOUT_S = 10.0  # seconds a connection may stay silent (a slow client holds no thread)
 
 
 NO_TOKEN_MESSAGE = (
@@ -63,8 +65,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (stdlib signature)
         log.debug("status request", extra={"action": "status_request", "line": format % args})
 
+    timeout = REQUEST_TIMEOUT_S  # a connection that sends nothing for this long is closed
+
     def _authorized(self) -> bool:
-        expected = self.server.token
+        expected = self.server.token()
+        if expected is None:
+            return False  # the token was removed: nobody gets in until one is set
         header = self.headers.get("Authorization", "")
         scheme, _, given = header.partition(" ")
         ok = hmac.compare_digest(given.strip().encode(), expected.encode())
@@ -101,13 +107,20 @@ class StatusServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, deployment: Deployment, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT):
-        token = status_token(deployment)
-        if token is None:
+        if status_token(deployment) is None:
             raise ConfigError(NO_TOKEN_MESSAGE)
-        self.token = token
+        self.deployment = deployment
         self.reader = StatusReader(deployment)
         self._read_lock = threading.Lock()
         super().__init__((host, port), _Handler)
+
+    def token(self) -> str | None:
+        """The token, read at every request (a rotated file applies at once, the old token
+        is refused from then on); None (every request refused) when it cannot be read."""
+        try:
+            return status_token(self.deployment)
+        except ConfigError:
+            return None
 
     def read(self) -> dict[str, Any]:
         with self._read_lock:  # one census at a time; the cache is not thread-safe

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -143,3 +146,38 @@ def test_memhoncho_serve_status_without_a_token_exits_with_the_config_error(
 ) -> None:
     assert cli.main(["serve-status", "--port", "0"]) == 2
     assert "ERR_CONFIG" in capsys.readouterr().err
+
+
+def test_a_rotated_token_applies_at_the_next_request_and_the_old_one_is_refused(
+    server: StatusServer, config_dir: Path
+) -> None:
+    assert _get(server.url + STATUS_PATH, TOKEN)[0] == 200
+    rotated = "rotated-status-token-9876543210"
+    (config_dir / "secrets.json").write_text(json.dumps({"status-token": rotated}))
+    assert _get(server.url + STATUS_PATH, TOKEN)[0] == 401
+    assert _get(server.url + STATUS_PATH, rotated)[0] == 200
+    (config_dir / "secrets.json").write_text(json.dumps({}))  # removed: nobody gets in
+    assert _get(server.url + STATUS_PATH, rotated)[0] == 401
+
+
+def test_a_silent_connection_is_closed_and_holds_no_thread(
+    server: StatusServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memhoncho.status import http
+
+    monkeypatch.setattr(http._Handler, "timeout", 0.5)
+    host, port = server.server_address[:2]
+    before = threading.active_count()
+    silent = [socket.create_connection((str(host), port)) for _ in range(20)]
+    try:
+        for conn in silent:
+            conn.settimeout(10)
+            assert conn.recv(1) == b""  # closed by the server, having sent nothing
+        assert _get(server.url + STATUS_PATH, TOKEN)[0] == 200
+    finally:
+        for conn in silent:
+            conn.close()
+    deadline = time.monotonic() + 10
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() <= before
