@@ -165,7 +165,8 @@ def test_a_silent_connection_is_closed_and_holds_no_thread(
 ) -> None:
     from memhoncho.status import http
 
-    monkeypatch.setattr(http._Handler, "timeout", 0.5)
+    assert http._Handler.timeout == http.REQUEST_TIMEOUT_S <= 30  # the server's own bound
+    monkeypatch.setattr(http._Handler, "timeout", 0.5)  # the same mechanism, sooner
     host, port = server.server_address[:2]
     before = threading.active_count()
     silent = [socket.create_connection((str(host), port)) for _ in range(20)]
