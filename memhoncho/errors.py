@@ -18,6 +18,7 @@ default message.
     ├── OutboxCapacity                  ERR_OUTBOX_CAPACITY
     ├── StoreError                      ERR_STORE
     │   ├── CorruptFile                 ERR_CORRUPT_FILE
+    │   ├── StorePermission             ERR_STORE_PERMISSION
     │   ├── StoreUnavailable            ERR_STORE_UNAVAILABLE
     │   └── StoreSchemaBehind           ERR_STORE_SCHEMA
     ├── ConfigError                     ERR_CONFIG
@@ -137,6 +138,12 @@ class CorruptFile(StoreError):
     """A local store file is corrupt."""
 
     code = "ERR_CORRUPT_FILE"
+
+
+class StorePermission(StoreError):
+    """The store refused the write for good: permission denied, or a read-only file system."""
+
+    code = "ERR_STORE_PERMISSION"
 
 
 class StoreUnavailable(StoreError):

@@ -41,6 +41,7 @@ def code_for(exc: BaseException) -> int:
         errors.InvalidInput,
         errors.ConfigError,
         errors.StoreSchemaBehind,
+        errors.StorePermission,
         errors.HonchoRejected,
     )
     return REFUSED if isinstance(exc, never) else NOT_NOW

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memhoncho.errors import CorruptFile, StoreError
+from memhoncho.errors import CorruptFile, StoreError, StorePermission
 from memhoncho.store.modes import make_dirs, open_file, set_file_mode
 
 if TYPE_CHECKING:  # pydantic stays off the light paths that write through this module
@@ -34,7 +34,10 @@ def refused_as_store_error(path: Path) -> Iterator[None]:
         yield
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise StoreError(
+        # Permission and a read-only file system do not pass with time: refused (exit 2),
+        # not "retry" (a full disk or a quota may).
+        permanent = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+        raise (StorePermission if permanent else StoreError)(
             f"could not write {path.name} ({reason})",
             file=path.name,
             errno=errno.errorcode.get(exc.errno or 0),
