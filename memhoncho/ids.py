@@ -11,9 +11,9 @@ An ownerless conversation (owner ``None``) has the peer ``user``, which is also 
 encoding of the name ``"user"``: that one name is written ``-75ser`` instead (its first byte
 escaped). The plain encoding never escapes a letter, so ``-75ser`` is no other name's id, and
 no other name encodes to ``user``: distinct owners never share a peer, and every other name
-keeps the id it always had. Any user name of 1..256 characters maps (no one is refused for their
-name); a conversation id that is blank, padded, or holds control or unassigned characters is
-refused with InvalidId.
+keeps the id it always had. A user name of 1..256 characters maps; a conversation id that is
+blank or padded is refused with InvalidId, and so is either that holds a control, unassigned
+or invisible format character (``check_characters``: one rule on every surface).
 """
 
 from __future__ import annotations
@@ -55,12 +55,13 @@ def _check_length(value: object, what: str) -> str:
 
 
 def _check_user_name(value: object) -> str:
-    """Any name of 1..256 characters maps (a user cannot be refused for their name)."""
+    """A name of 1..256 characters of visible text maps (``check_characters``)."""
     name = _check_length(value, "user name")
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidId("user name is not valid Unicode (lone surrogate)") from None
+    check_characters(name, "user name")
     return name
 
 
@@ -68,11 +69,23 @@ def _check(value: object, what: str) -> str:
     value = _check_length(value, what)
     if value.strip() != value or not value.strip():
         raise InvalidId(f"{what} must not be blank or padded with whitespace")
+    check_characters(value, what)
+    return value
+
+
+def check_characters(value: str, what: str) -> None:
+    """The one character rule of every id on every surface (``Host``, the CLI, MCP): no
+    control, unassigned or line-separating character, and no invisible format character (a
+    bidi control could show one name as another; a zero-width space or a BOM makes two names
+    look alike; the joiners too, which no id needs)."""
     for ch in value:
         category = unicodedata.category(ch)
         if category in ("Cc", "Cs", "Cn", "Zl", "Zp"):
             raise InvalidId(f"{what} contains a control or unassigned character")
-    return value
+        if category == "Cf":
+            raise InvalidId(
+                f"{what} contains an invisible format character (bidi control, zero-width, BOM)"
+            )
 
 
 def conversation_key(conversation_id: object) -> str:
@@ -133,6 +146,10 @@ def decode(key: str) -> str | None:
                 i += 1
         value = raw.decode("utf-8")
     except (ValueError, IndexError, UnicodeDecodeError):
+        return None
+    try:  # a key of characters no id may hold was never made here
+        check_characters(value, "id")
+    except InvalidId:
         return None
     # Only the canonical form decodes: "-2", "-41" (for "A") or "-C3-A9" are not ours.
     return value if _encode(value) == key else None

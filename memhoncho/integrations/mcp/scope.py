@@ -14,7 +14,6 @@ owners alike: no control character (an ANSI escape starts with one), and no form
 from __future__ import annotations
 
 import hashlib
-import unicodedata
 
 from memhoncho import ids
 from memhoncho.errors import InvalidId
@@ -35,19 +34,8 @@ def check_owner(owner: object) -> str | None:
         raise InvalidId(f"owner must be 1..{ids.MAX_INPUT_LEN} characters")
     if owner.strip() != owner:
         raise InvalidId("owner must not be blank or padded with whitespace")
-    _check_characters(owner, "owner")
+    ids.check_characters(owner, "owner")
     return owner
-
-
-def _check_characters(value: str, what: str) -> None:
-    for ch in value:
-        category = unicodedata.category(ch)
-        if category in ("Cc", "Cs", "Cn", "Zl", "Zp"):
-            raise InvalidId(f"{what} contains a control or unassigned character")
-        if category == "Cf":
-            raise InvalidId(
-                f"{what} contains an invisible format character (bidi control, zero-width)"
-            )
 
 
 def owner_tag(owner: str | None) -> str:
@@ -64,7 +52,7 @@ def scoped(owner: str | None, conversation: object) -> str:
         raise InvalidId(f"conversation id must be 1..{MAX_CONVERSATION_CHARS} characters")
     ids.conversation_key(conversation)  # blank, padded, control characters: InvalidId
     assert isinstance(conversation, str)  # conversation_key refused anything else
-    _check_characters(conversation, "conversation id")
+    ids.check_characters(conversation, "conversation id")
     return f"{owner_tag(owner)}{SEPARATOR}{conversation}"
 
 
