@@ -14,10 +14,14 @@ and the elements after it are read as usual. A line of JSONL is read with the sa
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
+
+from memhoncho.errors import ImportUnreadable
 
 MAX_PART_BYTES = 32 * 1024 * 1024  # one conversation of an array, one JSONL line
 MAX_DEPTH = 64  # nesting of one part (a ChatGPT conversation nests about 8 deep)
@@ -283,3 +287,18 @@ class Skipped(int):
 
     def __len__(self) -> int:
         return int(self)
+
+
+def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
+    """``path`` opened to read, when it is a regular file: a FIFO (opened without blocking,
+    so no writer is waited for), a device such as ``/dev/zero`` or a folder is refused with
+    ``ImportUnreadable`` before anything is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ImportUnreadable(f"{path} cannot be read: {type(exc).__name__}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ImportUnreadable(f"{path} is not a regular file", path=os.fspath(path))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")

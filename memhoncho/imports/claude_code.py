@@ -190,7 +190,7 @@ def read_turns(
     whatever it holds, unanswered if Claude said nothing. A line not yet ended by a newline is
     left for the next read. A file shorter than the cursor (replaced) is read from the start.
     """
-    with open(path, "rb") as handle:
+    with bounded.open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size < state.offset:
             state = ReadState()
