@@ -27,6 +27,7 @@ default message.
     ├── LockBusy                        ERR_LOCK_BUSY
     │   ├── ForkWaiting                 ERR_FORK_WAITING
     │   └── InFlightSettling            ERR_IN_FLIGHT_SETTLING
+    ├── TaskRefused                     ERR_TASK_REFUSED
     ├── RecallBusy                      ERR_RECALL_BUSY
     └── HonchoFailure                   ERR_HONCHO
         ├── HonchoUnavailable           ERR_HONCHO_UNAVAILABLE
@@ -197,6 +198,12 @@ class InFlightSettling(LockBusy):
     def __init__(self, message: str | None = None, *, wait_s: float = 0.0, **details: Any) -> None:
         super().__init__(message, wait_s=round(wait_s, 3), **details)
         self.wait_s = wait_s  #: seconds until the fence opens
+
+
+class TaskRefused(MemhonchoError):
+    """A recall task whose proof is not the deployment's was refused (worker/task_proof.py)."""
+
+    code = "ERR_TASK_REFUSED"
 
 
 class RecallBusy(MemhonchoError):

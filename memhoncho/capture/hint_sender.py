@@ -24,8 +24,7 @@ from memhoncho.capture.hints import DeliverPublisher
 from memhoncho.deployment import Deployment
 from memhoncho.errors import MemhonchoError
 from memhoncho.models import HintOutcome
-from memhoncho.store import hint_marks
-from memhoncho.store.hint_failures import add_hint_failure
+from memhoncho.store import counters, hint_marks
 from memhoncho.worker import routing
 
 if TYPE_CHECKING:
@@ -233,7 +232,7 @@ class HintSender:
             extra={"action": "hint_failed", "error": type(exc).__name__},
         )
         try:
-            add_hint_failure(self.deployment.layout, cause)
+            counters.add_one(self.deployment.layout, counters.HINT_FAILURES, cause)
         except MemhonchoError:
             pass  # a full disk: the log line above is what is left
 

@@ -1,6 +1,8 @@
 """The status view's ``hints``: delivery hints that failed for a reason other than the broker
-being down (``store/hint_failures.py``): an import error, a bug. Such a failure repeats at every
-capture, so it degrades the verdict while its last one is recent."""
+being down (an import error, a bug), and ``refused_tasks``: recall tasks a worker refused for a
+proof that was not the deployment's (``store/counters.py``). A failed hint repeats at every
+capture, so it degrades the verdict while its last one is recent; a refused task means someone
+on the broker forges calls, so it fails the verdict while recent."""
 
 from __future__ import annotations
 
@@ -10,21 +12,54 @@ from typing import Any
 from memhoncho.deployment import Deployment
 
 DEGRADED = "degraded"
+FAILING = "failing"
 RECENT_S = 3600.0  # seconds: a failed hint younger than this degrades the verdict
 
 
 def bucket(deployment: Deployment) -> dict[str, Any]:
     """``{"state", "failed", "last_at", "last_error"}``; an unreadable file is degraded."""
-    from memhoncho.store.hint_failures import read_hint_failures
+    from memhoncho.store import counters
 
     try:
-        found = read_hint_failures(deployment.layout)
+        found = counters.read_count(deployment.layout, counters.HINT_FAILURES)
     except (OSError, ValueError):
         return {"state": DEGRADED, "reasons": ["state/hint-failures.json cannot be read"]}
+    return {"state": "ok", "failed": found["count"], **found}
+
+
+def refused_bucket(deployment: Deployment) -> dict[str, Any]:
+    """``{"state", "count", "last_at", "last_error"}`` of the refused recall tasks."""
+    from memhoncho.store import counters
+
+    try:
+        found = counters.read_count(deployment.layout, counters.REFUSED_TASKS)
+    except (OSError, ValueError):
+        return {"state": DEGRADED, "reasons": ["state/refused-tasks.json cannot be read"]}
     return {"state": "ok", **found}
 
 
 def findings(view: dict[str, Any], now: float | None = None) -> list[tuple[str, str]]:
+    return _hint_findings(view, now) + _refused_findings(view, now)
+
+
+def _refused_findings(view: dict[str, Any], now: float | None) -> list[tuple[str, str]]:
+    found = view.get("refused_tasks") or {}
+    last_at = found.get("last_at")
+    if not found.get("count") or not isinstance(last_at, int | float):
+        return []
+    ago = (time.time() if now is None else now) - last_at
+    if ago > RECENT_S:
+        return []
+    return [
+        (
+            FAILING,
+            f"{found['count']} recall task(s) refused: their proof was not this deployment's"
+            f" (last {ago:.0f} s ago); something on the broker forges calls (secure the broker)",
+        )
+    ]
+
+
+def _hint_findings(view: dict[str, Any], now: float | None) -> list[tuple[str, str]]:
     found = view.get("hints") or {}
     last_at = found.get("last_at")
     if not found.get("failed") or not isinstance(last_at, int | float):
@@ -49,4 +84,7 @@ def table_rows(view: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows = [("hints", "failed", str(found["failed"]))]
     if found.get("last_error"):
         rows.append(("hints", "last_error", str(found["last_error"])[:80]))
+    refused = view.get("refused_tasks") or {}
+    if refused.get("count"):
+        rows.append(("refused_tasks", "count", str(refused["count"])))
     return rows

@@ -319,6 +319,11 @@ class ViewCollector:
                 view.get("hints", {}).get("failed"),
             ),
             gauge(
+                "refused_tasks",
+                "recall tasks refused for a proof that was not the deployment's",
+                view.get("refused_tasks", {}).get("count"),
+            ),
+            gauge(
                 "stranded_conversations",
                 "conversations with pending records and nothing queued or running for them",
                 view.get("stranded", {}).get("count"),

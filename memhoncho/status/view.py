@@ -305,6 +305,7 @@ class StatusReader:
         )
         view["foreign_hints"] = _guarded("foreign_hints", lambda: foreign_hints.bucket(deployment))
         view["hints"] = _guarded("hints", lambda: hints.bucket(deployment))
+        view["refused_tasks"] = _guarded("refused_tasks", lambda: hints.refused_bucket(deployment))
         view["last_delivery_at"] = view["last_delivery"].get("at")
         degraded = sorted(
             name for name, b in view.items() if isinstance(b, dict) and b.get("state") == DEGRADED

@@ -25,10 +25,12 @@ def write_settings(config_dir: Path, **values: Any) -> Path:
 
 
 def write_api_key(config_dir: Path, key: str) -> Path:
-    """Store ``key`` as the Honcho API key in ``<config_dir>/secrets.json``."""
+    """Store ``key`` as the Honcho API key in ``<config_dir>/secrets.json``, readable by its
+    owner only (as ``memhoncho init --api-key-stdin`` writes it; doctor fails on any other)."""
     path = config_dir / SECRETS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({API_KEY_SECTION: key}), encoding="utf-8")
+    path.chmod(0o600)
     return path
 
 

@@ -20,9 +20,16 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 
 from memhoncho import ids
 from memhoncho.deployment import Deployment
-from memhoncho.errors import HonchoFailure, HonchoTimeout, HonchoUnavailable
+from memhoncho.errors import (
+    HonchoFailure,
+    HonchoTimeout,
+    HonchoUnavailable,
+    MemhonchoError,
+    MissingApiKey,
+    TaskRefused,
+)
 from memhoncho.recall import tools
-from memhoncho.worker import routing
+from memhoncho.worker import routing, task_proof
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +47,20 @@ def call_via_celery(
     tool, checked = tools.check_call(name, arguments)
     ids.peer_id(owner)
     wait_s = tool.timeout_s(deployment.settings()) + QUEUE_MARGIN_S
-    task_id = task_id_for(tool.name, checked, owner)
-    if task_id is not None:
-        _forget_failure(app, task_id)
+    remembered = task_id_for(tool.name, checked, owner)
+    if remembered is not None:
+        _forget_failure(app, remembered)
+    task_id = remembered or str(uuid.uuid4())
+    api_key = deployment.api_key()
+    if api_key is None:  # nothing to prove the call with, and no worker could call Honcho
+        raise MissingApiKey(f"memhoncho {tool.name}: no Honcho API key is configured")
     try:
         pending = app.send_task(
             RECALL_TASK,
             args=[tool.name, checked, owner],
+            kwargs={"proof": task_proof.proof(api_key, task_id, tool.name, checked, owner)},
             retry=False,
-            expires=wait_s if task_id is None else None,  # a remember: see the module docstring
+            expires=wait_s if remembered is None else None,  # a remember: the docstring
             task_id=task_id,
         )
     except Exception as exc:  # the broker is down or refused the publish
@@ -79,7 +91,7 @@ def call_via_celery(
             via="celery",
         ) from None
     finally:
-        if task_id is None:  # a remember's answer stays: it answers the caller's retries
+        if remembered is None:  # a remember's answer stays: it answers the caller's retries
             _forget(pending)
     if not isinstance(outcome, dict) or "ok" not in outcome:
         raise HonchoFailure(f"memhoncho {tool.name}: the recall worker sent no outcome")
@@ -99,9 +111,18 @@ def task_id_for(name: str, checked: Any, owner: str | None) -> str | None:
 
 
 def worker_outcome(
-    backend: Any, task_id: str, deployment: Deployment, name: str, arguments: Any, owner: str | None
+    backend: Any,
+    task_id: str,
+    deployment: Deployment,
+    name: str,
+    arguments: Any,
+    owner: str | None,
+    proof: object = None,
 ) -> dict[str, Any]:
-    """The worker's side: ``tools.outcome``, with a remember run once per task id."""
+    """The worker's side: the call's proof checked (``task_proof``), then ``tools.outcome``,
+    with a remember run once per task id."""
+    if not task_proof.verify(deployment.api_key(), proof, task_id, name, arguments, owner):
+        return _refused(deployment, name)
     if name != tools.REMEMBER or not task_id:
         return tools.outcome(deployment, name, arguments, owner)
     from memhoncho.results import once
@@ -120,6 +141,24 @@ def worker_outcome(
         wait_s,
         lambda: {"ok": False, "error": tools.error_payload(late)},
     )
+
+
+def _refused(deployment: Deployment, name: object) -> dict[str, Any]:
+    """A call without the deployment's proof: not run, logged, counted (the status view's
+    ``refused_tasks``); its answer names no owner and holds nothing."""
+    from memhoncho.store import counters
+
+    shown = name if isinstance(name, str) and name in tools.TOOLS else "?"
+    log.warning(
+        "a recall task without the deployment's proof was refused",
+        extra={"action": "recall_refused", "tool": shown},
+    )
+    try:
+        counters.add_one(deployment.layout, counters.REFUSED_TASKS, f"{shown}: no valid proof")
+    except MemhonchoError:
+        pass  # a full disk: the log line above is what is left
+    refused = TaskRefused("memhoncho refused a recall task that did not prove its origin")
+    return {"ok": False, "error": tools.error_payload(refused)}
 
 
 def _forget_failure(app: Celery, task_id: str) -> None:

@@ -291,13 +291,16 @@ def deliver(
 # At most once (acks_late off): a recall nobody waits for any more must not run twice, and a
 # remember must not store its conclusion twice. The host's wait and the task's expiry agree.
 @shared_task(name=routing.RECALL_TASK, bind=True, ignore_result=False, acks_late=False)
-def recall(self: Any, name: str, arguments: dict[str, Any], owner: str | None) -> dict[str, Any]:
-    """Run one recall tool for a waiting host; answers ``{"ok", "result" | "error"}``."""
+def recall(
+    self: Any, name: str, arguments: dict[str, Any], owner: str | None, proof: object = None
+) -> dict[str, Any]:
+    """Run one recall tool for a waiting host, when ``proof`` shows the call is the
+    deployment's (``worker/task_proof.py``); answers ``{"ok", "result" | "error"}``."""
     from memhoncho.worker import remote_recall
 
     context = task_context(self.app)
     return remote_recall.worker_outcome(
-        self.backend, self.request.id, context, name, arguments, owner
+        self.backend, self.request.id, context, name, arguments, owner, proof
     )
 
 
