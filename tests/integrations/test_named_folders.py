@@ -99,6 +99,7 @@ def test_every_command_on_a_mistyped_folder_exits_2_and_creates_nothing(
     if argv[0] == "mcp":
         pytest.importorskip("mcp")
         (tmp_path / "t").write_text("a-token-long-enough-to-serve\n")  # past its own checks
+        (tmp_path / "t").chmod(0o600)
     if argv[0] == "import":  # a readable export: the folder is what is refused
         turn = {"conversation_id": "c", "run_id": "r", "inputs": ["hi"], "output": "hello"}
         (tmp_path / "export.jsonl").write_text(json.dumps(turn) + "\n")
