@@ -30,6 +30,12 @@ def register(sub: Any) -> None:
         action="store_true",
         help="read the Honcho API key from stdin into secrets.json (mode 0600, atomically)",
     )
+    init.add_argument(
+        "--broker-password-file",
+        metavar="PATH",
+        help="write a new random broker password to PATH (mode 0600) unless it exists, for"
+        " the broker and the broker_password_file setting (compose.yaml)",
+    )
     init.set_defaults(handler=init_command)
 
     config = sub.add_parser("config", help="the effective settings")
@@ -47,6 +53,8 @@ def init_command(args: argparse.Namespace) -> int:
 
     place = Deployment.from_dirs(args.config_dir, args.data_dir)
     key_written = _write_key_from_stdin(place.config_dir) if args.api_key_stdin else None
+    if args.broker_password_file:
+        _write_broker_password(args.broker_password_file)
     found, written = deployment.initialise(place.data_dir)
     answer = {**found, "initialised_now": written}
     if key_written is not None:
@@ -85,6 +93,25 @@ def _write_key_from_stdin(config_dir: Any) -> Any:
     write_bytes(path, json.dumps(current).encode("utf-8"))
     os.chmod(path, 0o600)
     return path
+
+
+def _write_broker_password(path: str) -> None:
+    """A new random password (32 bytes, hex) at ``path``, 0600, created exclusively: one that
+    exists is kept (the broker already has it)."""
+    import secrets
+
+    from memhoncho.errors import ConfigError
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise ConfigError(f"--broker-password-file: {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32))
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def mask_url(url: str) -> str:

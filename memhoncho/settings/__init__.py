@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from memhoncho import dirs
 from memhoncho.settings import files
@@ -75,6 +75,9 @@ class Settings(BaseModel):
     #: files holding the API key and the status token (compose ``secrets:``), read live
     api_key_file: str | None = None
     status_token_file: str | None = None
+    #: a file holding the broker's password (compose ``secrets:``), put into ``broker_url``
+    #: when that URL names none, so no password sits in the environment or a settings file
+    broker_password_file: str | None = None
     #: regular expressions redacted at capture besides the defaults (``redaction.py``); in the
     #: environment, a JSON list. A pattern that does not compile makes the whole setting
     #: invalid (named by doctor, defaults kept), never a crash at capture.
@@ -106,6 +109,14 @@ class Settings(BaseModel):
     @classmethod
     def _broker_scheme(cls, value: str | None) -> str | None:
         return _url(value, BROKER_SCHEMES, "a Redis or RabbitMQ URL")
+
+    @model_validator(mode="after")
+    def _broker_password(self) -> Settings:
+        """``broker_url`` with the password of ``broker_password_file`` (when it names none)."""
+        password = secret_file(self.broker_password_file)
+        if self.broker_url and password:
+            object.__setattr__(self, "broker_url", with_password(self.broker_url, password))
+        return self
 
     @field_validator("base_url")
     @classmethod
@@ -341,3 +352,16 @@ def problems(config: str | os.PathLike[str] | None = None) -> list[str]:
         if problem:
             found.append(f"{path} {problem}")
     return found
+
+
+def with_password(url: str, password: str) -> str:
+    """``url`` with ``password`` in its user part, unless it has one (``redis://:pw@host``,
+    ``amqp://user:pw@host``); the password percent-encoded."""
+    from urllib.parse import quote, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password or not parts.hostname:
+        return url
+    user = parts.username or ""
+    netloc = f"{user}:{quote(password, safe='')}@{parts.netloc.rpartition('@')[2]}"
+    return urlunsplit(parts._replace(netloc=netloc))

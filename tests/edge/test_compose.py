@@ -106,13 +106,44 @@ def test_every_memhoncho_service_mounts_the_one_data_volume_at_the_data_dir(
     assert "memhoncho-data" in compose["volumes"]
 
 
-def test_redis_persists_with_aof_and_never_evicts(compose: dict[str, Any]) -> None:
+def redis_script(compose: dict[str, Any]) -> str:
+    """The shell script the redis service runs (its password on stdin: never an argument)."""
     command = [str(part) for part in compose["services"]["redis"]["command"]]
-    assert command[0] == "redis-server"
-    options = dict(zip(command[1::2], command[2::2], strict=True))
+    assert command[:2] == ["sh", "-c"] and len(command) == 3
+    return command[2]
+
+
+def test_redis_persists_with_aof_and_never_evicts(compose: dict[str, Any]) -> None:
+    first = redis_script(compose).splitlines()[0]
+    words = shlex.split(first.split("<<", 1)[0])
+    assert words[:4] == ["exec", "docker-entrypoint.sh", "redis-server", "-"]
+    options = dict(zip(words[4::2], words[5::2], strict=True))
     assert options["--appendonly"] == "yes"
     assert options["--maxmemory-policy"] == "noeviction"
     assert any(v.endswith(":/data") for v in compose["services"]["redis"]["volumes"])
+
+
+def test_the_broker_asks_for_a_generated_password_that_no_command_line_shows(
+    compose: dict[str, Any],
+) -> None:
+    """Any local user can read a process's arguments; a password goes through a secret file
+    into Redis's stdin and RabbitMQ's environment, and every memhoncho service reads it from
+    the same secret (``broker_password_file``); no fixed password anywhere."""
+    assert compose["secrets"]["broker_password"] == {"file": "./secrets/broker_password"}
+    script = redis_script(compose)
+    assert "requirepass $$(cat /run/secrets/broker_password)" in script
+    assert "requirepass" not in script.splitlines()[0]  # in the here-document, not argv
+    assert "broker_password" in compose["services"]["redis"]["secrets"]
+    health = " ".join(str(p) for p in compose["services"]["redis"]["healthcheck"]["test"])
+    assert "REDISCLI_AUTH=" in health and " -a " not in health
+    rabbit = compose["services"]["rabbitmq"]
+    assert "RABBITMQ_DEFAULT_PASS" not in rabbit["environment"]
+    assert 'RABBITMQ_DEFAULT_PASS="$$(cat /run/secrets/broker_password)"' in rabbit["command"][2]
+    assert "memhoncho:memhoncho@" not in COMPOSE.read_text()
+    for name, service in _memhoncho_services(compose).items():
+        assert _secret_path(service, "MEMHONCHO_BROKER_PASSWORD_FILE").endswith(
+            "broker_password"
+        ), name
 
 
 def test_each_deliver_partition_is_consumed_by_exactly_one_worker(
@@ -171,7 +202,7 @@ def _secret_path(service: dict[str, Any], variable: str) -> str:
 def test_the_api_key_and_the_status_token_come_from_secret_files(compose: dict[str, Any]) -> None:
     assert set(Settings.model_fields) >= {"api_key_file", "status_token_file"}
     declared = compose["secrets"]
-    assert set(declared) == {"honcho_api_key", "status_token"}
+    assert set(declared) == {"honcho_api_key", "status_token", "broker_password"}
     assert all("file" in secret for secret in declared.values())
     for name, service in _memhoncho_services(compose).items():
         environment = service["environment"]
