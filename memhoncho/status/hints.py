@@ -39,42 +39,38 @@ def refused_bucket(deployment: Deployment) -> dict[str, Any]:
 
 
 def findings(view: dict[str, Any], now: float | None = None) -> list[tuple[str, str]]:
-    return _hint_findings(view, now) + _refused_findings(view, now)
-
-
-def _refused_findings(view: dict[str, Any], now: float | None) -> list[tuple[str, str]]:
-    found = view.get("refused_tasks") or {}
-    last_at = found.get("last_at")
-    if not found.get("count") or not isinstance(last_at, int | float):
-        return []
-    ago = (time.time() if now is None else now) - last_at
-    if ago > RECENT_S:
-        return []
-    return [
-        (
-            FAILING,
-            f"{found['count']} recall task(s) refused: their proof was not this deployment's"
-            f" (last {ago:.0f} s ago); something on the broker forges calls (secure the broker)",
+    found: list[tuple[str, str]] = []
+    hints = view.get("hints") or {}
+    ago = _recent(hints.get("failed"), hints.get("last_at"), now)
+    if ago is not None:
+        found.append(
+            (
+                DEGRADED,
+                f"{hints['failed']} delivery hint(s) failed, not for a broker outage (last"
+                f" {ago:.0f} s ago: {hints.get('last_error')}); the relay and the sweep"
+                " re-drive the work, but check the install (memhoncho doctor)",
+            )
         )
-    ]
-
-
-def _hint_findings(view: dict[str, Any], now: float | None) -> list[tuple[str, str]]:
-    found = view.get("hints") or {}
-    last_at = found.get("last_at")
-    if not found.get("failed") or not isinstance(last_at, int | float):
-        return []
-    ago = (time.time() if now is None else now) - last_at
-    if ago > RECENT_S:
-        return []
-    return [
-        (
-            DEGRADED,
-            f"{found['failed']} delivery hint(s) failed, not for a broker outage (last"
-            f" {ago:.0f} s ago: {found.get('last_error')}); the relay and the sweep re-drive"
-            " the work, but check the install (memhoncho doctor)",
+    refused = view.get("refused_tasks") or {}
+    ago = _recent(refused.get("count"), refused.get("last_at"), now)
+    if ago is not None:
+        found.append(
+            (
+                FAILING,
+                f"{refused['count']} recall task(s) refused: their proof was not this"
+                f" deployment's (last {ago:.0f} s ago); something on the broker forges calls"
+                " (secure the broker)",
+            )
         )
-    ]
+    return found
+
+
+def _recent(count: Any, last_at: Any, now: float | None) -> float | None:
+    """Seconds since the last of ``count`` events, when there was one under ``RECENT_S`` ago."""
+    if not count or not isinstance(last_at, int | float):
+        return None
+    ago = (time.time() if now is None else now) - last_at
+    return ago if ago <= RECENT_S else None
 
 
 def table_rows(view: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from other_users_support import NOBODY, as_root
 
 from memhoncho import ids
 from memhoncho.capture.host import Host
@@ -20,9 +21,7 @@ from memhoncho.testing import HonchoStandIn
 from memhoncho.testing.config import point_at_standin
 from memhoncho.testing.runs import run_event
 
-NOBODY = 65534  # uid and gid of nobody:nogroup on Debian
 KEY = "sk-modes-key"
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown (CI runs as root)")
 
 CAPTURE_UNDER_UMASK = """
 import os, sys

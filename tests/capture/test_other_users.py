@@ -14,16 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from other_users_support import as_nobody, as_root
 
 from memhoncho.capture.host import Host
 from memhoncho.deployment import IDENTITY_FILE
 from memhoncho.testing.runs import run_event
 
-NOBODY = 65534
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None,
-    reason="needs root and setpriv to play another local user (CI runs as root)",
-)
+pytestmark = as_root
 
 
 @pytest.fixture
@@ -41,8 +38,7 @@ def _as_nobody(root: Path, *argv: str, stdin: str = "") -> subprocess.CompletedP
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMHONCHO_")}
     env["HOME"] = str(root)
     return subprocess.run(
-        ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
-        + [sys.executable, *argv],
+        as_nobody([sys.executable, *argv]),
         input=stdin,
         capture_output=True,
         text=True,

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from other_users_support import NOBODY, as_nobody, as_root
 
 from memhoncho import dirs, ids
 from memhoncho.capture import relay_socket
@@ -27,7 +28,6 @@ from memhoncho.store.layout import Layout
 from memhoncho.store.outbox import Outbox
 from memhoncho.testing.runs import run_event
 
-NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"  # readable by nobody (the test's venv may not be)
 FORGED = {"exit": 0, "stdout": '{"status": "captured", "forged": true}\n', "stderr": ""}
 
@@ -51,10 +51,10 @@ while True:
     conn.close()
 """
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None or not Path(SYSTEM_PYTHON).exists(),
-    reason="needs root and setpriv to play another local user (CI runs as root)",
-)
+pytestmark = [
+    as_root,
+    pytest.mark.skipif(not Path(SYSTEM_PYTHON).exists(), reason=f"needs {SYSTEM_PYTHON}"),
+]
 
 
 @pytest.fixture
@@ -81,8 +81,7 @@ def impostor(shared_data_dir: Path) -> Iterator[Path]:
     log.touch()
     log.chmod(0o666)
     process = subprocess.Popen(
-        ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
-        + [SYSTEM_PYTHON, "-c", IMPOSTOR, dirs.relay_socket(shared_data_dir), str(log)]
+        as_nobody([SYSTEM_PYTHON, "-c", IMPOSTOR, dirs.relay_socket(shared_data_dir), str(log)])
         + [json.dumps(FORGED)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -5,10 +5,9 @@ worker, answers nothing of anyone's, stores nothing in Honcho, and is counted in
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+import celery_support
 import pytest
 from celery import Celery
 
@@ -17,8 +16,6 @@ from memhoncho.deployment import Deployment
 from memhoncho.recall import tools
 from memhoncho.status.view import status_view
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import point_at_standin
-from memhoncho.testing.processes import CeleryProcess
 from memhoncho.testing.seed import seed_conversation
 from memhoncho.worker import routing, task_proof
 
@@ -28,16 +25,8 @@ WAIT_S = 30.0
 pytestmark = [pytest.mark.slow, pytest.mark.standin(llm=True, api_key=SECRET_KEY)]
 
 
-@pytest.fixture
-def settings(
-    config_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
-) -> dict[str, Any]:
-    return point_at_standin(config_dir, standin, workspace_id, SECRET_KEY, broker_url=redis_url)
-
-
-@pytest.fixture
-def recall_worker(celery_process: Callable[..., CeleryProcess]) -> None:
-    celery_process("worker", queues=[routing.RECALL_QUEUE], concurrency=1)
+settings = celery_support.settings_fixture(SECRET_KEY)  # fixtures
+recall_worker = celery_support.recall_worker
 
 
 def _attacker(redis_url: str) -> Celery:

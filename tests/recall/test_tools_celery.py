@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import celery_support
 import pytest
 import redis
 
@@ -24,7 +24,7 @@ from memhoncho.errors import (
 )
 from memhoncho.recall import tools
 from memhoncho.testing import HonchoStandIn
-from memhoncho.testing.config import point_at_standin, write_api_key, write_settings
+from memhoncho.testing.config import write_api_key, write_settings
 from memhoncho.testing.processes import CeleryProcess, memhoncho_env
 from memhoncho.testing.seed import seed_conversation
 from memhoncho.worker import remote_recall as remote
@@ -41,17 +41,8 @@ CONCURRENT_CALLS = 36  # recalls in all, spread over those users
 pytestmark = [pytest.mark.slow, pytest.mark.standin(llm=True, api_key=SECRET_KEY)]
 
 
-@pytest.fixture
-def settings(
-    config_dir: Path, standin: HonchoStandIn, workspace_id: str, redis_url: str
-) -> dict[str, Any]:
-    return point_at_standin(config_dir, standin, workspace_id, SECRET_KEY, broker_url=redis_url)
-
-
-@pytest.fixture
-def recall_worker(celery_process: Callable[..., CeleryProcess]) -> None:
-    """A worker consuming ONLY memhoncho.recall: no delivery can ever be ahead of a recall."""
-    celery_process("worker", queues=[routing.RECALL_QUEUE], concurrency=1)
+settings = celery_support.settings_fixture(SECRET_KEY)  # fixtures
+recall_worker = celery_support.recall_worker
 
 
 def call(host: Host, name: str, arguments: Any, owner: str | None) -> dict[str, Any]:
