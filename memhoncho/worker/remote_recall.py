@@ -59,6 +59,10 @@ def call_via_celery(
             RECALL_TASK,
             args=[tool.name, checked, owner],
             kwargs={"proof": task_proof.proof(api_key, task_id, tool.name, checked, owner)},
+            # What monitors (Flower, celery events, the worker's log) show of the call: the
+            # tool, never the query, the fact to remember, the owner or the proof.
+            argsrepr=f"({tool.name!r}, <arguments>, <owner>)",
+            kwargsrepr="{'proof': <hidden>}",
             retry=False,
             expires=wait_s if remembered is None else None,  # a remember: the docstring
             task_id=task_id,

@@ -77,3 +77,22 @@ def test_forged_recall_and_remember_tasks_are_refused_and_counted(
         assert view["health"]["verdict"] == "failing"
     finally:
         attacker.close()
+
+
+def test_what_monitors_see_of_a_recall_call_holds_no_query_owner_or_proof(
+    host: Host, redis_url: str, recall_worker: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Flower and ``celery events`` show a task's ``argsrepr`` and ``kwargsrepr``."""
+    sent: list[dict[str, Any]] = []
+    real = Celery.send_task
+
+    def recording(app: Celery, name: str, *args: Any, **options: Any) -> Any:
+        sent.append(options)
+        return real(app, name, *args, **options)
+
+    monkeypatch.setattr(Celery, "send_task", recording)
+    host.call_tool(tools.SEARCH, {"query": "my secret knee"}, owner=BOB, via="celery")
+    (options,) = sent
+    shown = options["argsrepr"] + options["kwargsrepr"]
+    assert "knee" not in shown and BOB not in shown
+    assert options["kwargs"]["proof"] not in shown
