@@ -26,6 +26,7 @@ from memhoncho.errors import ImportUnreadable
 MAX_PART_BYTES = 32 * 1024 * 1024  # one conversation of an array, one JSONL line
 MAX_DEPTH = 64  # nesting of one part (a ChatGPT conversation nests about 8 deep)
 CHUNK_BYTES = 1024 * 1024  # read at a time
+SKIP_CHUNK_BYTES = 8 * 1024 * 1024  # read at a time while a line past the bound is read away
 
 NESTED = 4  # bracket levels below the current one that one regular-expression match takes
 
@@ -262,7 +263,7 @@ def whole_lines(handle: IO[bytes], chunk_bytes: int = CHUNK_BYTES) -> Iterator[b
 def _split(handle: IO[bytes], chunk_bytes: int, *, last: bool) -> Iterator[bytes | Skipped]:
     rest = b""
     skipped = 0  # bytes of a too long line read away so far
-    while chunk := handle.read(chunk_bytes):
+    while chunk := handle.read(SKIP_CHUNK_BYTES if skipped else chunk_bytes):
         if skipped:
             end = chunk.find(b"\n")
             if end < 0:
