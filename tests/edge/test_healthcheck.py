@@ -88,9 +88,12 @@ def test_the_status_healthcheck_passes_only_while_the_server_answers_the_token(
     port = server.server_address[1]
     argv = ["--config-dir", str(config_dir), "--data-dir", str(data_dir), "healthcheck", "status"]
     assert cli.main([*argv, "--port", str(port)]) == 0
-    token_file.write_text("another-token")  # rotated here, not in the server: a 401
+    token_file.write_text("")  # removed: the server (reading it live) refuses every token
     time.sleep(settings.RACY_S * 2)
     assert cli.main([*argv, "--port", str(port)]) == 1
+    token_file.write_text("rotated-status-token-0123456789")  # rotated: both read it live
+    time.sleep(settings.RACY_S * 2)
+    assert cli.main([*argv, "--port", str(port)]) == 0
     closed = free_port()  # a port nobody serves
     token_file.write_text(TOKEN)
     assert cli.main([*argv, "--port", str(closed)]) == 1

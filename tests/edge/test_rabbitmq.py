@@ -128,7 +128,7 @@ def test_doctor_checks_the_rabbitmq_broker_and_where_recall_answers(
 def test_a_nul_character_is_refused_at_validation_on_both_stores(
     config_dir: Path, data_dir: Path, store_url: str | None
 ) -> None:
-    from memhoncho.errors import InvalidEvent
+    from memhoncho.errors import InvalidEvent, InvalidId
 
     write_settings(config_dir, store_url=store_url)
     write_api_key(config_dir, KEY)
@@ -139,6 +139,11 @@ def test_a_nul_character_is_refused_at_validation_on_both_stores(
                 run["inputs"][0]["text"] = "a\x00b"
             else:
                 run[field] = "x\x00y"
+            if field == "owner":  # an id: the one character rule of every id (ids.py)
+                with pytest.raises(InvalidId) as refused:
+                    host.capture(run)
+                assert "control or unassigned character" in refused.value.message
+                continue
             with pytest.raises(InvalidEvent) as caught:
                 host.capture(run)
             assert caught.value.code == "ERR_INVALID_EVENT" and "U+0000" in caught.value.message
