@@ -21,7 +21,7 @@ from memhoncho import settings as settings_module
 from memhoncho.errors import ConfigError, MemhonchoError, MissingApiKey, NotInitialised
 from memhoncho.settings import Settings
 from memhoncho.store.layout import Layout
-from memhoncho.store.modes import file_mode, make_dirs, set_file_mode
+from memhoncho.store.modes import make_dirs, open_file
 
 if TYPE_CHECKING:
     from memhoncho.honcho.adapter import HonchoTarget
@@ -183,9 +183,8 @@ def initialise(data_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], bool]:
         "data_dir": str(root.absolute()),
     }
     temporary = root / f".{IDENTITY_FILE}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode(root))
+    descriptor = open_file(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     with open(descriptor, "w", encoding="utf-8") as handle:
-        set_file_mode(handle.fileno(), root)
         json.dump(made, handle)
         handle.flush()
         os.fsync(handle.fileno())

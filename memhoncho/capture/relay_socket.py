@@ -197,10 +197,11 @@ def _parse(argv: list[str]) -> tuple[str, dict[str, str], set[str]] | None:
     return command, options, flags
 
 
-def trusted_uids(path: str) -> set[int]:
+def relay_uids(path: str) -> set[int]:
     """Who may serve the relay at ``path``: this process's user and the owner of the data
     directory (``path`` is ``<data>/state/relay.sock``): the deployment, never another member
-    of a group that may write ``state/``."""
+    of a group that may write ``state/`` (narrower than ``store/modes.trusted_uids``, which
+    takes the group's files in the shared layout; this module stays off pathlib and pwd)."""
     uids = {os.geteuid()}
     try:
         uids.add(os.stat(os.path.dirname(os.path.dirname(path))).st_uid)
@@ -209,12 +210,12 @@ def trusted_uids(path: str) -> set[int]:
     return uids
 
 
-def _impostor(path: str, conn: socket.socket | None = None) -> str | None:
-    """Why the socket at ``path`` (or the peer on ``conn``) is not the deployment's relay;
-    None when it is. A socket someone else made could take the raw run and forge answers."""
+def _impostor(path: str, trusted: set[int], conn: socket.socket | None = None) -> str | None:
+    """Why the socket at ``path`` (or the peer on ``conn``) is not served by one of the
+    ``trusted`` users; None when it is. A socket someone else made could take the raw run
+    and forge answers."""
     import stat
 
-    trusted = trusted_uids(path)
     if conn is None:
         found = os.lstat(path)
         if not stat.S_ISSOCK(found.st_mode):
@@ -241,14 +242,15 @@ def request(path: str, config: str, header: dict[str, Any], body: bytes = b"") -
     """Send one request to the relay at ``path``; its answer, or None when there is none (or
     the socket is not the deployment's: ``_impostor``)."""
     try:
-        why = _impostor(path)
+        trusted = relay_uids(path)
+        why = _impostor(path, trusted)
         if why is not None:
             _refuse(path, why)
             return None
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(CONNECT_TIMEOUT_S)
             conn.connect(path)
-            why = _impostor(path, conn)
+            why = _impostor(path, trusted, conn)
             if why is not None:
                 _refuse(path, why)
                 return None

@@ -76,8 +76,8 @@ def file_lock(path: Path, *, timeout_s: float | None = None) -> Iterator[None]:
     """
     _hook_fork()
     with refused_as_store_error(path):  # creating it can meet a full disk
-        try:
-            fd = open_file(path, os.O_RDWR | os.O_CREAT)
+        try:  # the lock file of a conversation seen before: one open, no look at the folder
+            fd = os.open(path, os.O_RDWR)
         except FileNotFoundError:
             make_dirs(path.parent)
             fd = open_file(path, os.O_RDWR | os.O_CREAT)

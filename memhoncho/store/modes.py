@@ -35,11 +35,6 @@ def shared(folder: str | os.PathLike[str]) -> bool:
         return False
 
 
-def file_mode(folder: str | os.PathLike[str]) -> int:
-    """The mode of a new file in ``folder``: 0600, or 0660 in a setgid folder."""
-    return GROUP_FILE if shared(folder) else PRIVATE_FILE
-
-
 def make_dirs(path: str | os.PathLike[str]) -> None:
     """``mkdir -p`` where each folder made is 0700 (2770 inside a setgid folder), exactly:
     the mode is set after ``mkdir``, which the umask would narrow or (for 0777) widen."""
@@ -62,9 +57,10 @@ def make_dirs(path: str | os.PathLike[str]) -> None:
 
 
 def open_file(path: str | os.PathLike[str], flags: int) -> int:
-    """``os.open`` with the mode of the file's folder (``file_mode``), exactly: in the
-    shared-group layout the umask would narrow 0660, so the mode is set on the descriptor too
-    (not where another member made the file: it got the same rule)."""
+    """``os.open`` with the mode of a new file in the file's folder (0600, or 0660 in a
+    setgid folder), exactly: in the shared-group layout the umask would narrow 0660, so the
+    mode is set on the descriptor too (not where another member made the file: it got the
+    same rule)."""
     group = shared(os.path.dirname(os.fspath(path)))
     fd = os.open(path, flags, GROUP_FILE if group else PRIVATE_FILE)
     if group:
